@@ -1,0 +1,43 @@
+"""gym_remote: a Gymnasium VectorEnv whose environments run in ZeroMQ clients, local or remote.
+
+>>> import gymnasium as gym
+>>> from gym_remote import RemoteVectorEnv
+>>> envs = RemoteVectorEnv([lambda: gym.make("CartPole-v1")] * 4)   # a drop-in for SyncVectorEnv
+>>> obs, infos = envs.reset(seed=0)
+>>> envs.close()
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gym_remote.client import EnvClient
+from gym_remote.errors import (
+    ClientLostError,
+    EncodeError,
+    GymRemoteError,
+    JoinRefusedError,
+    ProtocolError,
+    RemoteEnvError,
+    RemoteTimeoutError,
+)
+from gym_remote.protocol import PROTOCOL_VERSION
+from gym_remote.vector_env import RemoteVectorEnv
+
+__all__ = [
+    "RemoteVectorEnv",
+    "EnvClient",
+    "GymRemoteError",
+    "EncodeError",
+    "ProtocolError",
+    "RemoteEnvError",
+    "JoinRefusedError",
+    "ClientLostError",
+    "RemoteTimeoutError",
+    "PROTOCOL_VERSION",
+    "__version__",
+]
+
+__version__ = "0.1.0"
+
+logging.getLogger("gym_remote").addHandler(logging.NullHandler())

@@ -1,0 +1,250 @@
+"""The ``gym-remote`` command (also ``python -m gym_remote``).
+
+Subcommands:
+
+* ``client ADDRESS --env ID`` serves envs to a RemoteVectorEnv at ADDRESS until it closes;
+* ``demo`` runs a rollout on CartPole through local clients and reports speed and episode statistics;
+* ``serve`` runs the same rollout on a server that remote clients join.
+
+Exit codes: 0 done, 1 failed at run time (refused, timed out, env error), 2 bad usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from gym_remote import __version__
+from gym_remote.errors import GymRemoteError
+
+__all__ = ["main", "build_parser", "make_env_fns"]
+
+logger = logging.getLogger("gym_remote")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gym-remote",
+        description="Gymnasium vector envs whose environments run in ZeroMQ clients, local or remote.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--log-level", default="WARNING", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity (default: %(default)s)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    client = commands.add_parser("client", help="serve envs to a RemoteVectorEnv until it closes",
+                                 description="Serve envs to the RemoteVectorEnv listening at ADDRESS until it closes.")
+    client.add_argument("address", metavar="ADDRESS", help="the server's endpoint, e.g. tcp://10.0.0.5:5555")
+    _add_env_arguments(client, default_env=None, default_num_envs=1)
+    client.add_argument("--name", help="this client's name in logs (default: host:pid)")
+    client.add_argument("--connect-timeout", type=_seconds, default=120.0, metavar="SECONDS",
+                        help="how long to wait for the server to answer; 'inf' waits forever (default: %(default)s)")
+    client.add_argument("--allow-pickle", action="store_true",
+                        help="trusted mode: exchange pickles with the server (only with a server you trust)")
+    client.set_defaults(handler=_run_client)
+
+    demo = commands.add_parser("demo", help="a rollout through local client processes, with statistics",
+                               description="Run a random-action rollout through local client processes and report "
+                                           "steps per second and episode statistics.")
+    _add_env_arguments(demo, default_env="CartPole-v1", default_num_envs=8)
+    _add_rollout_arguments(demo)
+    demo.add_argument("--num-clients", type=_positive_int, help="client processes (default: the CPU count)")
+    demo.add_argument("--bind", help="endpoint for the local clients (default: a private ipc:// path)")
+    demo.set_defaults(handler=_run_demo)
+
+    serve = commands.add_parser("serve", help="a rollout on a server that remote clients join",
+                                description="Listen for remote clients ('gym-remote client ADDRESS ...'), run a "
+                                            "random-action rollout once every slot is served, then close them.")
+    serve.add_argument("--bind", default="tcp://127.0.0.1:5555", help="endpoint to listen on (default: %(default)s)")
+    serve.add_argument("--num-envs", type=_positive_int, default=8, help="slots to fill (default: %(default)s)")
+    serve.add_argument("--connect-timeout", type=_seconds, default=300.0, metavar="SECONDS",
+                       help="how long to wait for clients to fill the slots (default: %(default)s)")
+    _add_rollout_arguments(serve)
+    serve.set_defaults(handler=_run_serve)
+    return parser
+
+
+def _add_env_arguments(parser: argparse.ArgumentParser, default_env: str | None, default_num_envs: int) -> None:
+    source = parser.add_mutually_exclusive_group(required=default_env is None)
+    source.add_argument("--env", default=default_env, metavar="ENV_ID",
+                        help="a registered Gymnasium env id, e.g. CartPole-v1 ('module:EnvId' imports module first)")
+    source.add_argument("--factory", metavar="MODULE:FUNCTION",
+                        help="a function that returns an env, called with the --env-kwargs")
+    parser.add_argument("--num-envs", type=_positive_int, default=default_num_envs,
+                        help="number of envs (default: %(default)s)")
+    parser.add_argument("--env-kwargs", type=_json_object, default={}, metavar="JSON",
+                        help='keyword arguments for the env, as a JSON object, e.g. \'{"max_episode_steps": 200}\'')
+
+
+def _add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=_positive_int, default=20_000,
+                        help="env steps to take in all (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for resets and actions (default: %(default)s)")
+    parser.add_argument("--autoreset-mode", default="NextStep", choices=["NextStep", "SameStep", "Disabled"],
+                        help="Gymnasium autoreset mode (default: %(default)s)")
+    parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+
+
+def make_env_fns(env: str | None, factory: str | None, num_envs: int, env_kwargs: dict[str, Any]) -> list[Callable]:
+    """Env functions from the command line's ``--env``/``--factory`` and ``--env-kwargs``."""
+    if factory is not None:
+        function = _import_factory(factory)
+        return [functools.partial(function, **env_kwargs) for _ in range(num_envs)]
+    if env is None:
+        raise ValueError("give --env ENV_ID or --factory MODULE:FUNCTION")
+    return [functools.partial(gym.make, env, **env_kwargs) for _ in range(num_envs)]
+
+
+def _import_factory(spec: str) -> Callable:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"--factory must look like 'module:function', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"--factory {spec!r}: cannot import module {module_name!r}: {error}") from None
+    function: Any = module
+    for part in attribute.split("."):
+        function = getattr(function, part, None)
+        if function is None:
+            raise ValueError(f"--factory {spec!r}: module {module_name!r} has no attribute {attribute!r}")
+    if not callable(function):
+        raise ValueError(f"--factory {spec!r}: {attribute!r} is not callable")
+    return function
+
+
+def _run_client(args: argparse.Namespace) -> int:
+    from gym_remote.client import EnvClient
+
+    env_fns = make_env_fns(args.env, args.factory, args.num_envs, args.env_kwargs)
+    client = EnvClient(args.address, env_fns, name=args.name, connect_timeout=args.connect_timeout,
+                       allow_pickle=args.allow_pickle)
+    client.run()
+    return EXIT_OK
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from gym_remote.vector_env import RemoteVectorEnv
+
+    env_fns = make_env_fns(args.env, args.factory, args.num_envs, args.env_kwargs)
+    started = time.perf_counter()
+    envs = RemoteVectorEnv(env_fns, autoreset_mode=args.autoreset_mode, num_clients=args.num_clients, bind=args.bind)
+    try:
+        print(f"started {envs.num_clients} local client(s) serving {envs.num_envs} x {args.env or args.factory} "
+              f"at {envs.address} in {time.perf_counter() - started:.2f} s")
+        _report(rollout(envs, args.steps, args.seed, progress=not args.no_progress))
+    finally:
+        envs.close()
+    return EXIT_OK
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from gym_remote.vector_env import RemoteVectorEnv
+
+    envs = RemoteVectorEnv(num_envs=args.num_envs, bind=args.bind, autoreset_mode=args.autoreset_mode,
+                           connect_timeout=args.connect_timeout)
+    try:
+        print(f"listening on {envs.address} for {envs.num_envs} envs; start clients with:\n"
+              f"  gym-remote client {envs.address} --env CartPole-v1 --num-envs N", flush=True)
+        _report(rollout(envs, args.steps, args.seed, progress=not args.no_progress))
+    finally:
+        envs.close()
+    return EXIT_OK
+
+
+def rollout(envs: gym.vector.VectorEnv, steps: int, seed: int, *, progress: bool = True) -> dict[str, float]:
+    """Step ``envs`` with random actions for about ``steps`` env steps; return speed and episode statistics."""
+    from tqdm import tqdm
+
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    recorder = RecordEpisodeStatistics(envs, buffer_length=10_000)
+    recorder.reset(seed=seed)
+    recorder.action_space.seed(seed)
+    autoreset_disabled = envs.metadata["autoreset_mode"].value == "Disabled"
+    iterations = max(1, steps // envs.num_envs)
+    started = time.perf_counter()
+    with tqdm(total=iterations * envs.num_envs, unit="step", unit_scale=True, disable=not progress,
+              desc="rollout", file=sys.stderr) as bar:
+        for _ in range(iterations):
+            _, _, terminations, truncations, _ = recorder.step(recorder.action_space.sample())
+            if autoreset_disabled and (terminations | truncations).any():
+                recorder.reset(options={"reset_mask": terminations | truncations})
+            bar.update(envs.num_envs)
+    elapsed = time.perf_counter() - started
+    returns = np.asarray(recorder.return_queue, dtype=np.float64)
+    lengths = np.asarray(recorder.length_queue, dtype=np.float64)
+    return {
+        "steps": iterations * envs.num_envs,
+        "seconds": elapsed,
+        "steps_per_second": iterations * envs.num_envs / elapsed,
+        "episodes": len(returns),
+        "mean_return": float(returns.mean()) if len(returns) else float("nan"),
+        "mean_length": float(lengths.mean()) if len(lengths) else float("nan"),
+    }
+
+
+def _report(stats: dict[str, float]) -> None:
+    print(f"{stats['steps']} steps in {stats['seconds']:.2f} s: {stats['steps_per_second']:,.0f} steps/s")
+    if stats["episodes"]:
+        print(f"{stats['episodes']} episodes: mean return {stats['mean_return']:.2f}, "
+              f"mean length {stats['mean_length']:.1f}")
+    else:
+        print("no episode finished")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float | None:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return None if value == float("inf") else value
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"key\": 1}'")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ValueError as error:
+        if isinstance(error, GymRemoteError):
+            print(f"gym-remote: error: {error}", file=sys.stderr)
+            return EXIT_FAILED
+        parser.exit(EXIT_USAGE, f"gym-remote: error: {error}\n")
+    except (GymRemoteError, OSError, RuntimeError, TimeoutError, ConnectionError, gym.error.Error) as error:
+        print(f"gym-remote: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED

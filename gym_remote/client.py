@@ -1,0 +1,452 @@
+"""The environment's face: :class:`EnvClient` serves local Gymnasium envs to a RemoteVectorEnv.
+
+A client connects a DEALER socket to the server's ROUTER, introduces itself with HELLO (its envs and
+their spaces), is given slots in WELCOME, then answers commands until the server sends CLOSE.
+Autoreset happens here, next to the envs, exactly as ``SyncVectorEnv`` does it (see
+:class:`HostedEnvs`), so a step costs one message each way per client, whatever the number of envs.
+
+Example (a client for a server running elsewhere)::
+
+    from gym_remote import EnvClient
+    import gymnasium as gym
+
+    EnvClient("tcp://127.0.0.1:5555", [lambda: gym.make("CartPole-v1")] * 4).run()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import zmq
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+
+from gym_remote import codec, protocol
+from gym_remote.errors import EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
+from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
+
+__all__ = ["EnvClient", "HostedEnvs"]
+
+logger = logging.getLogger(__name__)
+
+IDLE_POLL_SECONDS = 0.2
+"""How often an idle client wakes up to check whether it was asked to stop."""
+
+
+class HostedEnvs:
+    """The envs one client hosts, stepped with Gymnasium's autoreset semantics.
+
+    It keeps the client's share of the batch: observations in arrays laid out like the server's
+    (for array spaces), rewards and flags directly inside the RESULT frame, and per-env autoreset flags.
+    """
+
+    def __init__(self, envs: Sequence[gym.Env]) -> None:
+        self.envs = list(envs)
+        self.count = len(self.envs)
+
+    def configure(self, observation_space: gym.Space, action_space: gym.Space, autoreset_mode: AutoresetMode) -> None:
+        """Lay out buffers for the vector's single spaces (as agreed in the handshake)."""
+        count = self.count
+        self.observation_space = observation_space
+        self.autoreset_mode = autoreset_mode
+        self.observation_leaves = codec.array_leaf_spaces(observation_space)
+        self.observations = (
+            create_empty_array(observation_space, n=count, fn=np.zeros) if self.observation_leaves is not None else None
+        )
+        self.observation_frames = (
+            codec.batch_leaves(observation_space, self.observations) if self.observations is not None else []
+        )
+        self.env_obs: list[Any] = [None] * count
+        self.action_batch_space = batch_space(action_space, count)
+        self.action_leaves = codec.array_leaf_spaces(action_space)
+        self.actions = create_empty_array(action_space, n=count, fn=np.zeros) if self.action_leaves is not None else None
+        self.action_frames = codec.batch_leaves(action_space, self.actions) if self.actions is not None else []
+        self.result = protocol.ResultFrame(count)
+        self.autoreset = np.zeros(count, dtype=np.bool_)
+        self.failed_index: int | None = None
+
+    def step(self, actions: Any) -> tuple[list[dict], list[tuple[Any, dict] | None] | None]:
+        """Step every env with its action; return (infos, finals) where finals is None unless an env ended in SAME_STEP."""
+        result = self.result
+        rewards, terminated, truncated = result.rewards, result.terminated, result.truncated
+        infos: list[dict] = []
+        finals: list[tuple[Any, dict] | None] | None = None
+        mode = self.autoreset_mode
+        for index, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
+            self.failed_index = index
+            if mode is AutoresetMode.NEXT_STEP and self.autoreset[index]:
+                obs, info = env.reset()
+                rewards[index] = 0.0
+                terminated[index] = False
+                truncated[index] = False
+            else:
+                obs, rewards[index], terminated[index], truncated[index], info = env.step(action)
+                if mode is AutoresetMode.SAME_STEP and (terminated[index] or truncated[index]):
+                    if finals is None:
+                        finals = [None] * self.count
+                    finals[index] = (obs, info)
+                    obs, info = env.reset()
+            self.env_obs[index] = obs
+            infos.append(info)
+        self.failed_index = None
+        np.logical_or(terminated, truncated, out=self.autoreset)
+        self._gather_observations()
+        return infos, finals
+
+    def reset(self, seeds: Sequence[int | None], options: dict | None, mask: Sequence[bool] | None) -> list[dict]:
+        """Reset the envs selected by ``mask`` (all if None); return their infos ({} for the others)."""
+        infos: list[dict] = []
+        for index, env in enumerate(self.envs):
+            if mask is not None and not mask[index]:
+                infos.append({})
+                continue
+            self.failed_index = index
+            self.env_obs[index], info = env.reset(seed=seeds[index], options=options)
+            self.autoreset[index] = False
+            self.result.terminated[index] = False
+            self.result.truncated[index] = False
+            infos.append(info)
+        self.failed_index = None
+        self._gather_observations()
+        return infos
+
+    def call(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+        """``SyncVectorEnv.call`` for the hosted envs: reach ``name`` through wrappers, call it if callable."""
+        results = []
+        for index, env in enumerate(self.envs):
+            self.failed_index = index
+            function = env.get_wrapper_attr(name)
+            results.append(function(*args, **kwargs) if callable(function) else function)
+        self.failed_index = None
+        return results
+
+    def set_attr(self, name: str, values: Sequence[Any]) -> None:
+        """Set ``name`` on every hosted env through its wrappers, one value per env."""
+        for index, (env, value) in enumerate(zip(self.envs, values, strict=True)):
+            self.failed_index = index
+            env.set_wrapper_attr(name, value)
+        self.failed_index = None
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # closing must go on for the other envs
+                logger.exception("closing an env failed")
+
+    def _gather_observations(self) -> None:
+        if self.observations is not None:
+            concatenate(self.observation_space, self.env_obs, self.observations)
+
+
+class EnvClient:
+    """Serve Gymnasium envs to a :class:`~gym_remote.RemoteVectorEnv` until it closes.
+
+    Args:
+        address: the server's endpoint, e.g. ``"tcp://10.0.0.5:5555"`` (``envs.address`` on the server).
+        env_fns: functions that each make one env; the client hosts ``len(env_fns)`` envs, and the
+            server maps them onto as many consecutive slots.
+        name: a name for logs and the server's client table (default: ``host:pid``).
+        connect_timeout: seconds to wait for the server's answer to the handshake (``None``: forever).
+            A client may start before its server; it waits this long for it.
+        allow_pickle: accept pickled values from the server and send values that cannot be encoded
+            safely as pickles. Only for servers you trust as much as your own code; the server must
+            allow it too.
+
+    Example:
+        >>> from gym_remote import EnvClient                                      # doctest: +SKIP
+        >>> client = EnvClient("tcp://127.0.0.1:5555", [lambda: gym.make("CartPole-v1")] * 4)
+        >>> client.run()   # returns when the server closes
+    """
+
+    def __init__(
+        self,
+        address: str,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        name: str | None = None,
+        connect_timeout: float | None = 120.0,
+        allow_pickle: bool = False,
+        _launch: dict[str, Any] | None = None,
+    ) -> None:
+        if callable(env_fns):
+            env_fns = [env_fns]
+        if not env_fns:
+            raise ValueError("EnvClient needs at least one env function")
+        if len(env_fns) > protocol.MAX_ENVS_PER_CLIENT:
+            raise ValueError(f"one client can host at most {protocol.MAX_ENVS_PER_CLIENT} envs, got {len(env_fns)}")
+        self.address = address
+        self.env_fns = list(env_fns)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.connect_timeout = connect_timeout
+        self.allow_pickle = allow_pickle
+        self.session = uuid.uuid4().hex
+        self.slots: list[int] = []
+        self._launch = _launch
+        self._stop = threading.Event()
+        self._trusted = False
+
+    def stop(self) -> None:
+        """Ask :meth:`run` (in another thread) to return; it does within ``IDLE_POLL_SECONDS`` when idle."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Connect, serve the envs until the server sends CLOSE (or :meth:`stop`), then close the envs.
+
+        Raises:
+            JoinRefusedError: the server refused the handshake (the message says why).
+            RemoteTimeoutError: no answer to the handshake within ``connect_timeout``.
+        """
+        context = zmq.Context()
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.setsockopt(zmq.ROUTING_ID, self.session.encode())
+        sock.setsockopt(zmq.RCVTIMEO, int(IDLE_POLL_SECONDS * 1000))
+        self._socket = sock
+        hosted: HostedEnvs | None = None
+        try:
+            sock.connect(self.address)
+            try:
+                hosted = HostedEnvs([env_fn() for env_fn in self.env_fns])
+            except Exception as error:
+                self._send_error(0, error, None)
+                raise
+            self._join(hosted)
+            self._serve(hosted)
+        finally:
+            if hosted is not None:
+                hosted.close()
+            sock.close(linger=1000)
+            context.term()
+
+    # -- handshake -------------------------------------------------------------------------------
+
+    def _join(self, hosted: HostedEnvs) -> None:
+        hello = self._hello(hosted)
+        self._socket.send_multipart(protocol.message(Kind.HELLO, hello, count=hosted.count, what="HELLO"))
+        logger.info("client %s: connecting to %s with %d envs", self.name, self.address, hosted.count)
+        deadline = None if self.connect_timeout is None else time.monotonic() + self.connect_timeout
+        while True:
+            frames = self._recv_message()
+            if frames is None:
+                if self._stop.is_set():
+                    raise RemoteTimeoutError(f"client {self.name}: stopped before the server at {self.address} answered")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise RemoteTimeoutError(
+                        f"client {self.name}: no answer from a server at {self.address} within "
+                        f"{self.connect_timeout:g} s (is the address right, and is the server running?)"
+                    )
+                continue
+            header = protocol.parse_header(frames[0])
+            if header.kind == Kind.REFUSE:
+                answer = protocol.read_value(frames[1:])
+                raise JoinRefusedError(
+                    f"server at {self.address} refused client {self.name}: {answer.get('reason')}",
+                    code=str(answer.get("code", "")),
+                )
+            if header.kind == Kind.WELCOME:
+                break
+            logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
+        welcome = protocol.read_value(frames[1:])
+        self._trusted = bool(welcome["allow_pickle"])
+        self.slots = list(welcome["slots"])
+        observation_space = codec.space_from_value(welcome["observation_space"], allow_pickle=self._trusted)
+        action_space = codec.space_from_value(welcome["action_space"], allow_pickle=self._trusted)
+        hosted.configure(observation_space, action_space, AutoresetMode(welcome["autoreset_mode"]))
+        logger.info("client %s: serving slots %s of %s", self.name, format_slots(self.slots), welcome["server"])
+
+    def _hello(self, hosted: HostedEnvs) -> dict[str, Any]:
+        trusted = self.allow_pickle
+        obs_spaces, obs_index = _distinct([env.observation_space for env in hosted.envs])
+        act_spaces, act_index = _distinct([env.action_space for env in hosted.envs])
+        first = hosted.envs[0]
+        metadata, metadata_pickle = _split_metadata(dict(first.metadata), trusted)
+        return {
+            "protocol": protocol.PROTOCOL_VERSION,
+            "name": self.name,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "session": self.session,
+            "num_envs": hosted.count,
+            "observation_spaces": [codec.space_to_value(space, allow_pickle=trusted) for space in obs_spaces],
+            "observation_space_index": obs_index,
+            "action_spaces": [codec.space_to_value(space, allow_pickle=trusted) for space in act_spaces],
+            "action_space_index": act_index,
+            "metadata": metadata,
+            "metadata_pickle": metadata_pickle,
+            "render_mode": first.render_mode if isinstance(first.render_mode, str) else None,
+            "allow_pickle": trusted,
+            "launch": self._launch,
+        }
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def _serve(self, hosted: HostedEnvs) -> None:
+        sock = self._socket
+        while True:
+            try:
+                frame = sock.recv()
+            except zmq.Again:
+                if self._stop.is_set() or not self._parent_alive():
+                    logger.info("client %s: stopping", self.name)
+                    sock.send_multipart(protocol.message(Kind.BYE))
+                    return
+                continue
+            header = None
+            try:
+                header = protocol.parse_header(frame)
+                if not self._handle(hosted, header):
+                    return
+            except Exception as error:  # an env or the message failed: report it and keep serving
+                _drain(sock)
+                self._send_error(header.seq if header else 0, error, hosted.failed_index)
+                hosted.failed_index = None
+
+    def _handle(self, hosted: HostedEnvs, header: protocol.Header) -> bool:
+        """Answer one command; False once the server has closed."""
+        if header.version != protocol.PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"server speaks protocol version {header.version}, this client {protocol.PROTOCOL_VERSION}"
+            )
+        kind = header.kind
+        if kind == Kind.STEP:
+            actions = self._read_actions(hosted, header)
+            self._send_result(hosted, header.seq, *hosted.step(actions))
+        elif kind == Kind.RESET:
+            command = self._read_value(header)
+            infos = hosted.reset(command["seeds"], command["options"], command["mask"])
+            self._send_result(hosted, header.seq, infos, None)
+        elif kind == Kind.CALL:
+            command = self._read_value(header)
+            results = hosted.call(command["name"], command["args"], command["kwargs"])
+            self._send_call_result(header.seq, results)
+        elif kind == Kind.SET_ATTR:
+            command = self._read_value(header)
+            hosted.set_attr(command["name"], command["values"])
+            self._send_call_result(header.seq, None)
+        elif kind == Kind.CLOSE:
+            _drain(self._socket)
+            self._socket.send_multipart(protocol.message(Kind.BYE, seq=header.seq))
+            logger.info("client %s: the server closed; exiting", self.name)
+            return False
+        else:
+            raise ProtocolError(f"unexpected {kind_name(kind)} message from the server")
+        return True
+
+    def _read_actions(self, hosted: HostedEnvs, header: protocol.Header) -> Any:
+        sock = self._socket
+        if header.count != hosted.count:
+            raise ProtocolError(f"STEP for {header.count} envs, this client hosts {hosted.count}")
+        if hosted.actions is None:
+            return self._read_value(header)["actions"]
+        for leaf in hosted.action_frames:
+            if not sock.get(zmq.RCVMORE):
+                raise ProtocolError("STEP message is missing action frames")
+            received = sock.recv_into(leaf)
+            if received != leaf.nbytes:
+                raise ProtocolError(f"STEP action frame of {received} bytes, expected {leaf.nbytes}")
+        if sock.get(zmq.RCVMORE):
+            raise ProtocolError("STEP message has more frames than the action space needs")
+        return iterate(hosted.action_batch_space, hosted.actions)
+
+    def _read_value(self, header: protocol.Header) -> Any:
+        frames = _recv_rest(self._socket)
+        if not header.flags & FLAG_VALUE:
+            raise ProtocolError(f"{kind_name(header.kind)} message without its value section")
+        return protocol.read_value(frames, allow_pickle=self._trusted)
+
+    def _send_result(self, hosted: HostedEnvs, seq: int, infos: list[dict],
+                     finals: list[tuple[Any, dict] | None] | None) -> None:
+        extra: dict[str, Any] = {}
+        if hosted.observations is None:
+            extra["obs"] = hosted.env_obs
+        if any(infos):
+            extra["infos"] = infos
+        if finals is not None:
+            extra["final"] = finals
+        frames: list[Any] = [hosted.result.pack(seq, FLAG_VALUE if extra else 0), *hosted.observation_frames]
+        if extra:
+            frames += protocol.value_frames(extra, allow_pickle=self._trusted, what="the step result")
+        self._socket.send_multipart(frames, copy=False)
+
+    def _send_call_result(self, seq: int, results: list[Any] | None) -> None:
+        self._socket.send_multipart(
+            protocol.message(Kind.CALL_RESULT, {"results": results}, seq=seq, allow_pickle=self._trusted,
+                             what="the call result")
+        )
+
+    def _send_error(self, seq: int, error: BaseException, index: int | None) -> None:
+        report = {
+            "type": type(error).__name__,
+            "message": str(error),
+            "traceback": "".join(traceback.format_exception(error)),
+            "index": index,
+            "name": self.name,
+            "launch": self._launch,
+        }
+        logger.error("client %s: %s: %s", self.name, report["type"], report["message"])
+        self._socket.send_multipart(protocol.message(Kind.ERROR, report, seq=seq))
+
+    def _recv_message(self) -> list[bytes] | None:
+        try:
+            return self._socket.recv_multipart()
+        except zmq.Again:
+            return None
+
+    def _parent_alive(self) -> bool:
+        parent = (self._launch or {}).get("parent_pid")
+        return parent is None or os.getppid() == parent
+
+
+def _recv_rest(sock: zmq.Socket) -> list[bytes]:
+    frames = []
+    while sock.get(zmq.RCVMORE):
+        frames.append(sock.recv())
+    return frames
+
+
+def _drain(sock: zmq.Socket) -> None:
+    while sock.get(zmq.RCVMORE):
+        sock.recv()
+
+
+def _distinct(items: list[gym.Space]) -> tuple[list[gym.Space], list[int]]:
+    distinct: list[gym.Space] = []
+    index = []
+    for item in items:
+        for position, known in enumerate(distinct):
+            if known is item or (type(known) is type(item) and known == item):
+                index.append(position)
+                break
+        else:
+            distinct.append(item)
+            index.append(len(distinct) - 1)
+    return distinct, index
+
+
+def _split_metadata(metadata: dict[str, Any], trusted: bool) -> tuple[dict[str, Any], bytes | None]:
+    """Metadata entries that encode safely, and (trusted mode) a pickle of the others."""
+    safe, other = {}, {}
+    for key, value in metadata.items():
+        try:
+            codec.encode({key: value})
+            safe[key] = value
+        except EncodeError:
+            other[key] = value
+    if other and not trusted:
+        logger.debug("metadata keys %s cannot travel without pickle; left out", sorted(map(str, other)))
+    if other and trusted:
+        import cloudpickle
+
+        return safe, cloudpickle.dumps(other)
+    return safe, None

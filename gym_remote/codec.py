@@ -1,0 +1,526 @@
+"""Values and spaces to frames and back, without pickle.
+
+Pure functions, no sockets: everything here can be unit-tested and fuzzed on its own. The format is
+specified in ``docs/PROTOCOL.md`` ("Value encoding" and "Space encoding"); in short, a value becomes
+one UTF-8 JSON *body* plus a list of binary *buffers* (numpy arrays and bytes travel as raw buffers,
+never inside the JSON):
+
+* ``null``, ``true``/``false``, numbers and strings stand for ``None``, ``bool``, ``int``, ``float``
+  and ``str``; a JSON object stands for a ``dict`` with string keys.
+* every other value is a JSON array whose first element is a one-letter tag, e.g.
+  ``["a", "<f4", [2, 3], 0]`` is a float32 array of shape (2, 3) whose bytes are buffer 0.
+
+The exact Python and numpy types survive the round trip (``int`` stays ``int``, ``np.float32`` stays
+``np.float32``, a tuple stays a tuple) because Gymnasium's info batching picks dtypes from them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import cloudpickle
+import numpy as np
+from gymnasium import spaces
+from gymnasium.spaces import GraphInstance
+
+from gym_remote.errors import EncodeError, ProtocolError
+
+__all__ = [
+    "encode",
+    "decode",
+    "space_to_value",
+    "space_from_value",
+    "array_leaf_spaces",
+    "batch_leaves",
+    "check_dtype",
+]
+
+MAX_DEPTH = 64
+"""Deepest nesting of containers a decoded value may have."""
+
+_ARRAY_KINDS = frozenset("biufcmMUS")
+_JSON_SCALAR_KINDS = frozenset("biuf")
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class _Unencodable(Exception):
+    """Raised inside the encoder; carries the path to the offending value outwards."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path: list[str] = []
+
+
+# ---------------------------------------------------------------------------------------------------
+# values -> body + buffers
+
+
+def encode(value: Any, *, allow_pickle: bool = False, what: str = "value") -> tuple[bytes, list[Any]]:
+    """Encode ``value`` as a JSON body and a list of raw buffers.
+
+    Args:
+        value: the value to encode (see the module docstring for what travels).
+        allow_pickle: pickle values of other types with cloudpickle instead of failing. Only for peers
+            that trust each other (see the security notes in the README).
+        what: how error messages name the value, e.g. ``"infos of slot 3"``.
+
+    Raises:
+        EncodeError: a part of ``value`` cannot travel; the message names the part and its type.
+    """
+    buffers: list[Any] = []
+    try:
+        tree = _encode(value, buffers, allow_pickle)
+    except _Unencodable as failure:
+        where = what + "".join(reversed(failure.path))
+        raise EncodeError(f"cannot send {where}: {failure.reason}") from None
+    body = json.dumps(tree, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return body.encode("utf-8"), buffers
+
+
+def _encode(value: Any, buffers: list[Any], allow_pickle: bool) -> Any:
+    kind = type(value)
+    if value is None or kind is bool or kind is str or kind is int:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else ["f", repr(value)]
+    if kind is dict or kind is list or kind is tuple:
+        return _encode_container(value, buffers, allow_pickle)
+    if isinstance(value, np.ndarray):
+        return _encode_array(np.asarray(value), buffers, allow_pickle)
+    if isinstance(value, np.generic):
+        return _encode_numpy_scalar(value, buffers)
+    if kind is GraphInstance:
+        return ["g", *(_encode_item(part, name, buffers, allow_pickle) for name, part in zip(
+            (".nodes", ".edges", ".edge_links"), value))]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        buffers.append(bytes(value))
+        return ["b", len(buffers) - 1]
+    if isinstance(value, (dict, list, tuple)) and not allow_pickle:
+        # Subclasses (OrderedDict, named tuples) travel as their base container.
+        return _encode_container(value, buffers, allow_pickle)
+    if allow_pickle:
+        try:
+            buffers.append(cloudpickle.dumps(value))
+        except Exception as error:  # pickling can fail in many ways
+            raise _Unencodable(f"cloudpickle failed for {kind.__qualname__}: {error}") from None
+        return ["p", len(buffers) - 1]
+    raise _Unencodable(
+        f"values of type {kind.__module__}.{kind.__qualname__} cannot travel without pickle; "
+        "use None, bool, int, float, str, bytes, list, tuple, dict, numpy arrays or numpy scalars, "
+        "or enable the trusted pickle mode (allow_pickle=True) between peers that trust each other"
+    )
+
+
+def _encode_item(value: Any, path: str, buffers: list[Any], allow_pickle: bool) -> Any:
+    try:
+        return _encode(value, buffers, allow_pickle)
+    except _Unencodable as failure:
+        failure.path.append(path)
+        raise
+
+
+def _encode_container(value: Any, buffers: list[Any], allow_pickle: bool) -> Any:
+    if isinstance(value, dict):
+        if all(type(key) is str for key in value):
+            return {key: _encode_item(item, f"[{key!r}]", buffers, allow_pickle) for key, item in value.items()}
+        tree: list[Any] = ["d"]
+        for key, item in value.items():
+            tree.append(_encode_item(key, f" (key {key!r})", buffers, allow_pickle))
+            tree.append(_encode_item(item, f"[{key!r}]", buffers, allow_pickle))
+        return tree
+    tag = "l" if isinstance(value, list) else "t"
+    return [tag, *(_encode_item(item, f"[{index}]", buffers, allow_pickle) for index, item in enumerate(value))]
+
+
+def _encode_array(array: np.ndarray, buffers: list[Any], allow_pickle: bool) -> Any:
+    dtype = array.dtype
+    if dtype == np.dtype(object):
+        items = [_encode_item(item, f"[{index}]", buffers, allow_pickle) for index, item in enumerate(array.ravel())]
+        return ["o", list(array.shape), items]
+    if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.itemsize == 0:
+        if allow_pickle:
+            buffers.append(cloudpickle.dumps(array))
+            return ["p", len(buffers) - 1]
+        raise _Unencodable(f"numpy arrays of dtype {dtype} cannot travel without pickle")
+    buffers.append(np.ascontiguousarray(array))
+    return ["a", dtype.str, list(array.shape), len(buffers) - 1]
+
+
+def _encode_numpy_scalar(value: np.generic, buffers: list[Any]) -> Any:
+    dtype = value.dtype
+    if dtype.kind == "b":
+        return ["s", dtype.str, bool(value)]
+    if dtype.kind in "iu":
+        return ["s", dtype.str, int(value)]
+    if dtype.kind == "f" and dtype.itemsize <= 8:
+        number = float(value)
+        return ["s", dtype.str, number if math.isfinite(number) else repr(number)]
+    if dtype.kind not in _ARRAY_KINDS or dtype.itemsize == 0:
+        raise _Unencodable(f"numpy scalars of dtype {dtype} cannot travel without pickle")
+    buffers.append(np.asarray(value).tobytes())
+    return ["S", dtype.str, len(buffers) - 1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# body + buffers -> values
+
+
+def decode(body: bytes, buffers: Sequence[Any] = (), *, allow_pickle: bool = False) -> Any:
+    """Decode a value encoded by :func:`encode`.
+
+    Raises:
+        ProtocolError: the body or buffers are malformed, or hold a pickle while ``allow_pickle`` is off.
+    """
+    try:
+        tree = json.loads(body, parse_constant=_reject_constant)
+        return _Decoder(buffers, allow_pickle).value(tree, 0)
+    except ProtocolError:
+        raise
+    except (ValueError, TypeError, OverflowError, RecursionError, IndexError, KeyError) as error:
+        raise ProtocolError(f"malformed value: {type(error).__name__}: {error}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ProtocolError(f"malformed value: bare {name} is not allowed in a body (use the 'f' tag)")
+
+
+class _Decoder:
+    def __init__(self, buffers: Sequence[Any], allow_pickle: bool) -> None:
+        self.buffers = buffers
+        self.allow_pickle = allow_pickle
+
+    def buffer(self, index: Any) -> memoryview:
+        if type(index) is not int or not 0 <= index < len(self.buffers):
+            raise ProtocolError(f"malformed value: buffer index {index!r} (the message has {len(self.buffers)})")
+        return memoryview(self.buffers[index]).cast("B")
+
+    def value(self, tree: Any, depth: int) -> Any:
+        kind = type(tree)
+        if tree is None or kind is bool or kind is int or kind is float or kind is str:
+            return tree
+        if depth >= MAX_DEPTH:
+            raise ProtocolError(f"malformed value: nested deeper than {MAX_DEPTH} levels")
+        if kind is dict:
+            return {key: self.value(item, depth + 1) for key, item in tree.items()}
+        if kind is not list or not tree or type(tree[0]) is not str:
+            raise ProtocolError(f"malformed value: untagged JSON array {_preview(tree)}")
+        tag = tree[0]
+        handler = self._HANDLERS.get(tag)
+        if handler is None:
+            raise ProtocolError(f"malformed value: unknown tag {tag!r}")
+        return handler(self, tree, depth + 1)
+
+    def _list(self, tree: list, depth: int) -> list:
+        return [self.value(item, depth) for item in tree[1:]]
+
+    def _tuple(self, tree: list, depth: int) -> tuple:
+        return tuple(self.value(item, depth) for item in tree[1:])
+
+    def _dict(self, tree: list, depth: int) -> dict:
+        if len(tree) % 2 != 1:
+            raise ProtocolError("malformed value: a 'd' array needs key/value pairs")
+        result = {}
+        for position in range(1, len(tree), 2):
+            key = self.value(tree[position], depth)
+            try:
+                result[key] = self.value(tree[position + 1], depth)
+            except TypeError:
+                raise ProtocolError(f"malformed value: dict key of type {type(key).__name__} is not hashable") from None
+        return result
+
+    def _float(self, tree: list, depth: int) -> float:
+        _expect_length(tree, 2)
+        if tree[1] not in _NON_FINITE:
+            raise ProtocolError(f"malformed value: 'f' tag expects 'nan', 'inf' or '-inf', got {_preview(tree[1])}")
+        return _NON_FINITE[tree[1]]
+
+    def _array(self, tree: list, depth: int) -> np.ndarray:
+        _expect_length(tree, 4)
+        dtype = check_dtype(tree[1])
+        shape = _check_shape(tree[2])
+        data = self.buffer(tree[3])
+        expected = math.prod(shape) * dtype.itemsize
+        if data.nbytes != expected:
+            raise ProtocolError(
+                f"malformed value: array of dtype {dtype} and shape {tuple(shape)} needs {expected} bytes, "
+                f"its buffer has {data.nbytes}"
+            )
+        return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+
+    def _object_array(self, tree: list, depth: int) -> np.ndarray:
+        _expect_length(tree, 3)
+        shape = _check_shape(tree[1])
+        items = tree[2]
+        if type(items) is not list or len(items) != math.prod(shape):
+            raise ProtocolError("malformed value: 'o' array item count does not match its shape")
+        array = np.empty(len(items), dtype=object)
+        for index, item in enumerate(items):
+            array[index] = self.value(item, depth)
+        return array.reshape(shape)
+
+    def _numpy_scalar(self, tree: list, depth: int) -> np.generic:
+        _expect_length(tree, 3)
+        dtype = check_dtype(tree[1])
+        number = tree[2]
+        if dtype.kind == "b" and type(number) is bool:
+            return dtype.type(number)
+        if dtype.kind in "iu" and type(number) is int:
+            try:
+                return dtype.type(number)
+            except OverflowError:
+                raise ProtocolError(f"malformed value: {number} does not fit in {dtype}") from None
+        if dtype.kind == "f" and dtype.itemsize <= 8:
+            if type(number) in (int, float):
+                return dtype.type(number)
+            if type(number) is str and number in _NON_FINITE:
+                return dtype.type(_NON_FINITE[number])
+        raise ProtocolError(f"malformed value: 's' scalar {_preview(number)} does not suit dtype {dtype}")
+
+    def _raw_scalar(self, tree: list, depth: int) -> np.generic:
+        _expect_length(tree, 3)
+        dtype = check_dtype(tree[1])
+        data = self.buffer(tree[2])
+        if data.nbytes != dtype.itemsize:
+            raise ProtocolError(f"malformed value: scalar of dtype {dtype} needs {dtype.itemsize} bytes, got {data.nbytes}")
+        return np.frombuffer(data, dtype=dtype)[0]
+
+    def _bytes(self, tree: list, depth: int) -> bytes:
+        _expect_length(tree, 2)
+        return self.buffer(tree[1]).tobytes()
+
+    def _graph(self, tree: list, depth: int) -> GraphInstance:
+        _expect_length(tree, 4)
+        return GraphInstance(*(self.value(part, depth) for part in tree[1:]))
+
+    def _pickle(self, tree: list, depth: int) -> Any:
+        _expect_length(tree, 2)
+        if not self.allow_pickle:
+            raise ProtocolError(
+                "the peer sent a pickled value, but pickle is not allowed on this connection "
+                "(it would let the peer run code here); only the trusted mode accepts pickles"
+            )
+        return cloudpickle.loads(self.buffer(tree[1]))
+
+    _HANDLERS = {
+        "l": _list,
+        "t": _tuple,
+        "d": _dict,
+        "f": _float,
+        "a": _array,
+        "o": _object_array,
+        "s": _numpy_scalar,
+        "S": _raw_scalar,
+        "b": _bytes,
+        "g": _graph,
+        "p": _pickle,
+    }
+
+
+def _expect_length(tree: list, length: int) -> None:
+    if len(tree) != length:
+        raise ProtocolError(f"malformed value: tag {tree[0]!r} takes {length - 1} fields, got {len(tree) - 1}")
+
+
+def _check_shape(shape: Any) -> list[int]:
+    if type(shape) is not list or len(shape) > 32 or any(type(n) is not int or n < 0 for n in shape):
+        raise ProtocolError(f"malformed value: bad array shape {_preview(shape)}")
+    return shape
+
+
+def check_dtype(name: Any) -> np.dtype:
+    """Parse a dtype string from the wire, refusing anything that could hold Python objects.
+
+    Raises:
+        ProtocolError: ``name`` is not a plain numeric, boolean, string or datetime dtype.
+    """
+    if type(name) is not str or len(name) > 32:
+        raise ProtocolError(f"malformed value: bad dtype {_preview(name)}")
+    try:
+        dtype = np.dtype(name)
+    except (TypeError, ValueError):
+        raise ProtocolError(f"malformed value: unknown dtype {name!r}") from None
+    if dtype.hasobject or dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.itemsize == 0:
+        raise ProtocolError(f"malformed value: dtype {name!r} is not allowed on the wire")
+    return dtype
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---------------------------------------------------------------------------------------------------
+# spaces <-> values
+
+_BOX_LIKE = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def space_to_value(space: spaces.Space, *, allow_pickle: bool = False) -> Any:
+    """Describe ``space`` as a value that :func:`encode` can send (see ``docs/PROTOCOL.md``).
+
+    Gymnasium's own space classes travel as plain descriptions. Other classes travel pickled when
+    ``allow_pickle`` is on; otherwise a subclass of a Gymnasium space travels as that base class, and
+    anything else raises :class:`EncodeError`.
+    """
+    kind = type(space)
+    if allow_pickle and kind.__module__.split(".")[0] != "gymnasium":
+        return {"space": "pickle", "data": cloudpickle.dumps(space)}
+    if isinstance(space, spaces.Box):
+        return {"space": "Box", "low": np.asarray(space.low), "high": np.asarray(space.high), "dtype": space.dtype.str}
+    if isinstance(space, spaces.Discrete):
+        return {"space": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {"space": "MultiDiscrete", "nvec": np.asarray(space.nvec), "start": np.asarray(space.start),
+                "dtype": space.dtype.str}
+    if isinstance(space, spaces.MultiBinary):
+        n = space.n
+        return {"space": "MultiBinary", "n": int(n) if np.ndim(n) == 0 else [int(v) for v in n]}
+    if isinstance(space, spaces.Dict):
+        return {"space": "Dict", "spaces": [[key, space_to_value(sub, allow_pickle=allow_pickle)]
+                                            for key, sub in space.spaces.items()]}
+    if isinstance(space, spaces.Tuple):
+        return {"space": "Tuple", "spaces": [space_to_value(sub, allow_pickle=allow_pickle) for sub in space.spaces]}
+    if isinstance(space, spaces.Text):
+        charset = "".join(getattr(space, "_char_list", space.characters))
+        return {"space": "Text", "min_length": space.min_length, "max_length": space.max_length, "charset": charset}
+    if isinstance(space, spaces.Graph):
+        edge = None if space.edge_space is None else space_to_value(space.edge_space, allow_pickle=allow_pickle)
+        return {"space": "Graph", "node_space": space_to_value(space.node_space, allow_pickle=allow_pickle),
+                "edge_space": edge}
+    if isinstance(space, spaces.Sequence):
+        return {"space": "Sequence", "feature_space": space_to_value(space.feature_space, allow_pickle=allow_pickle),
+                "stack": bool(space.stack)}
+    if isinstance(space, spaces.OneOf):
+        return {"space": "OneOf", "spaces": [space_to_value(sub, allow_pickle=allow_pickle) for sub in space.spaces]}
+    raise EncodeError(
+        f"cannot send the space {space!r}: {kind.__qualname__} is not one of Gymnasium's space classes; "
+        "use Gymnasium spaces, or enable the trusted pickle mode (allow_pickle=True)"
+    )
+
+
+def space_from_value(value: Any, *, allow_pickle: bool = False) -> spaces.Space:
+    """Rebuild a space from :func:`space_to_value`'s description.
+
+    Raises:
+        ProtocolError: the description is malformed or names an unknown space.
+    """
+    try:
+        return _space_from_value(value, allow_pickle, 0)
+    except ProtocolError:
+        raise
+    except Exception as error:  # the space constructors validate their arguments
+        raise ProtocolError(f"malformed space description: {type(error).__name__}: {error}") from None
+
+
+def _space_from_value(value: Any, allow_pickle: bool, depth: int) -> spaces.Space:
+    if type(value) is not dict or "space" not in value:
+        raise ProtocolError(f"malformed space description: {_preview(value)}")
+    if depth > MAX_DEPTH:
+        raise ProtocolError(f"malformed space description: nested deeper than {MAX_DEPTH} levels")
+
+    def sub(item: Any) -> spaces.Space:
+        return _space_from_value(item, allow_pickle, depth + 1)
+
+    name = value["space"]
+    if name == "Box":
+        return spaces.Box(low=_array_field(value, "low"), high=_array_field(value, "high"),
+                          dtype=check_dtype(value["dtype"]))
+    if name == "Discrete":
+        return spaces.Discrete(_int_field(value, "n"), start=_int_field(value, "start"))
+    if name == "MultiDiscrete":
+        return spaces.MultiDiscrete(_array_field(value, "nvec"), dtype=check_dtype(value["dtype"]),
+                                    start=_array_field(value, "start"))
+    if name == "MultiBinary":
+        n = value["n"]
+        if not (type(n) is int or (type(n) is list and all(type(v) is int for v in n))):
+            raise ProtocolError(f"malformed space description: MultiBinary n={_preview(n)}")
+        return spaces.MultiBinary(n)
+    if name == "Dict":
+        pairs = _list_field(value, "spaces")
+        if any(type(pair) is not list or len(pair) != 2 for pair in pairs):
+            raise ProtocolError("malformed space description: Dict spaces must be [key, space] pairs")
+        return spaces.Dict({key: sub(item) for key, item in pairs})
+    if name == "Tuple":
+        return spaces.Tuple([sub(item) for item in _list_field(value, "spaces")])
+    if name == "Text":
+        charset = value["charset"]
+        if type(charset) is not str or not charset:
+            raise ProtocolError("malformed space description: Text charset must be a non-empty string")
+        return spaces.Text(_int_field(value, "max_length"), min_length=_int_field(value, "min_length"),
+                           charset=charset)
+    if name == "Graph":
+        edge = value["edge_space"]
+        return spaces.Graph(node_space=sub(value["node_space"]), edge_space=None if edge is None else sub(edge))
+    if name == "Sequence":
+        stack = value["stack"]
+        if type(stack) is not bool:
+            raise ProtocolError("malformed space description: Sequence stack must be a bool")
+        return spaces.Sequence(sub(value["feature_space"]), stack=stack)
+    if name == "OneOf":
+        return spaces.OneOf([sub(item) for item in _list_field(value, "spaces")])
+    if name == "pickle":
+        if not allow_pickle:
+            raise ProtocolError("the peer sent a pickled space, but pickle is not allowed on this connection")
+        space = cloudpickle.loads(value["data"])
+        if not isinstance(space, spaces.Space):
+            raise ProtocolError(f"a pickled space unpickled to {type(space).__name__}, not a Space")
+        return space
+    raise ProtocolError(f"malformed space description: unknown space {_preview(name)}")
+
+
+def _array_field(value: dict, key: str) -> np.ndarray:
+    field = value[key]
+    if not isinstance(field, np.ndarray):
+        raise ProtocolError(f"malformed space description: {key} must be an array")
+    return field
+
+
+def _int_field(value: dict, key: str) -> int:
+    field = value[key]
+    if type(field) is not int:
+        raise ProtocolError(f"malformed space description: {key} must be an int")
+    return field
+
+
+def _list_field(value: dict, key: str) -> list:
+    field = value[key]
+    if type(field) is not list:
+        raise ProtocolError(f"malformed space description: {key} must be a list")
+    return field
+
+
+# ---------------------------------------------------------------------------------------------------
+# array layouts
+
+
+def array_leaf_spaces(space: spaces.Space) -> list[spaces.Space] | None:
+    """The array leaves of ``space`` in wire order, or ``None`` if its samples are not fixed-size arrays.
+
+    Box, Discrete, MultiDiscrete and MultiBinary are leaves; Dict (in its key order) and Tuple nest
+    them. A batch of such a space is one array per leaf, which travels as one raw frame per leaf.
+    """
+    if isinstance(space, _BOX_LIKE):
+        return [space]
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        children = space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces
+        leaves: list[spaces.Space] = []
+        for child in children:
+            child_leaves = array_leaf_spaces(child)
+            if child_leaves is None:
+                return None
+            leaves.extend(child_leaves)
+        return leaves
+    return None
+
+
+def batch_leaves(space: spaces.Space, batch: Any) -> list[np.ndarray]:
+    """The leaf arrays of ``batch`` (made by ``create_empty_array(space, n)``), in wire order."""
+    if isinstance(space, _BOX_LIKE):
+        return [batch]
+    if isinstance(space, spaces.Dict):
+        return [leaf for key, child in space.spaces.items() for leaf in batch_leaves(child, batch[key])]
+    return [leaf for child, part in zip(space.spaces, batch, strict=True) for leaf in batch_leaves(child, part)]

@@ -1,0 +1,201 @@
+"""Local client processes: the ones ``RemoteVectorEnv(env_fns)`` starts, watches and reaps.
+
+Each process runs :func:`child_main` on a payload file and serves a contiguous share of the
+``env_fns`` (``env_fns[i]`` always serves slot ``i``). The env functions travel with cloudpickle
+through a file in a directory only the user can read, never over the network. A launched client
+proves it is the one the server started with a random token, and exits on its own when its parent
+process is gone, so a crashed or killed training script leaves no orphans behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Callable, Sequence
+
+import cloudpickle
+
+from gym_remote.errors import ClientLostError
+from gym_remote.server import LaunchSlot
+
+__all__ = ["LocalClients", "split_evenly"]
+
+logger = logging.getLogger(__name__)
+
+
+def split_evenly(total: int, parts: int) -> list[tuple[int, int]]:
+    """``(first, count)`` of ``parts`` contiguous shares of ``total`` items, the larger shares first."""
+    base, extra = divmod(total, parts)
+    shares, first = [], 0
+    for part in range(parts):
+        count = base + (1 if part < extra else 0)
+        shares.append((first, count))
+        first += count
+    return shares
+
+
+class LocalClients:
+    """Client processes serving ``env_fns`` in contiguous shares.
+
+    Args:
+        env_fns: the env functions, ``env_fns[i]`` for slot ``i``.
+        num_clients: how many processes share them.
+        workdir: a private directory (mode 0700) for the payload files.
+        connect_timeout: how long each client waits for the server's handshake answer.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable], num_clients: int, workdir: str, *, connect_timeout: float) -> None:
+        self.env_fns = list(env_fns)
+        self.workdir = workdir
+        self.connect_timeout = connect_timeout
+        self.slots = [
+            LaunchSlot(index=index, first_slot=first, count=count, token=secrets.token_hex(16))
+            for index, (first, count) in enumerate(split_evenly(len(self.env_fns), num_clients))
+        ]
+        self.processes: list[subprocess.Popen | None] = [None] * len(self.slots)
+        self._finalizer = weakref.finalize(self, _kill, self.processes)
+
+    def start(self, address: str, *, allow_pickle: bool) -> None:
+        """Start every client process; they connect to ``address``."""
+        for launch in self.slots:
+            payload = os.path.join(self.workdir, f"client-{launch.index}.payload")
+            header = {
+                "address": address,
+                "sys_path": sys.path,
+                "name": f"local-{launch.index}",
+                "connect_timeout": self.connect_timeout,
+                "allow_pickle": allow_pickle,
+                "log_level": logging.getLogger("gym_remote").getEffectiveLevel(),
+                "launch": {"index": launch.index, "token": launch.token, "parent_pid": os.getpid()},
+            }
+            share = self.env_fns[launch.first_slot : launch.first_slot + launch.count]
+            descriptor = os.open(payload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(json.dumps(header).encode() + b"\n")
+                file.write(cloudpickle.dumps(share))
+            self.processes[launch.index] = subprocess.Popen(
+                [sys.executable, "-c", _CHILD_COMMAND, payload],
+                stdin=subprocess.DEVNULL,
+                env=_child_environment(),
+                start_new_session=True,  # Ctrl-C reaches the learner, which then closes its clients
+            )
+            logger.debug("started local client %d (pid %d) for slots %d-%d", launch.index,
+                         self.processes[launch.index].pid, launch.first_slot, launch.first_slot + launch.count - 1)
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self.processes if process is not None]
+
+    def check(self, failures: dict[int, str] | None = None) -> None:
+        """Raise if a client process has exited (with its start-up traceback when it sent one).
+
+        Raises:
+            ClientLostError: a process is gone.
+        """
+        for launch, process in zip(self.slots, self.processes, strict=True):
+            if process is None or process.poll() is None:
+                continue
+            detail = ""
+            if failures and launch.index in failures:
+                detail = f"; it reported:\n{failures[launch.index]}"
+            raise ClientLostError(
+                f"local client {launch.index} (pid {process.pid}, env_fns[{launch.first_slot}:"
+                f"{launch.first_slot + launch.count}]) exited with code {process.returncode}{detail}"
+            )
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Wait up to ``timeout`` for the processes to exit, then terminate and kill what is left."""
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            if process is None:
+                continue
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        leftover = [process for process in self.processes if process is not None and process.poll() is None]
+        if leftover:
+            logger.warning("terminating %d local client(s) that did not exit", len(leftover))
+        _kill(self.processes)
+        self._finalizer.detach()
+
+
+_CHILD_COMMAND = "import sys; from gym_remote.launch import child_main; sys.exit(child_main(sys.argv[1]))"
+
+
+def _child_environment() -> dict[str, str]:
+    """The parent's environment, with gym_remote importable even when it is not installed."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = dict(os.environ)
+    paths = [package_root, *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
+    environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return environment
+
+
+def _kill(processes: list[subprocess.Popen | None]) -> None:
+    """Terminate, then kill, every process still running, and reap them all."""
+    alive = [process for process in processes if process is not None and process.poll() is None]
+    for process in alive:
+        process.terminate()
+    deadline = time.monotonic() + 2.0
+    for process in alive:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def child_main(payload_path: str) -> int:
+    """Entry point of a launched client process."""
+    with open(payload_path, "rb") as file:
+        header = json.loads(file.readline())
+        blob = file.read()
+    os.unlink(payload_path)
+    sys.path[:] = header["sys_path"]
+    logging.basicConfig(level=header["log_level"], format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    from gym_remote.client import EnvClient
+
+    launch = header["launch"]
+    if os.getppid() != launch["parent_pid"]:
+        return 1  # the parent died before this process started
+    try:
+        env_fns = cloudpickle.loads(blob)
+    except Exception:
+        env_fns = [_raise_unpickling_error(sys.exc_info()[1])]
+    client = EnvClient(
+        header["address"],
+        env_fns,
+        name=header["name"],
+        connect_timeout=header["connect_timeout"],
+        allow_pickle=header["allow_pickle"],
+        _launch=launch,
+    )
+    try:
+        client.run()
+    except Exception as error:  # already reported to the server where it could be
+        logging.getLogger(__name__).debug("local client exiting after: %s", error)
+        return 1
+    return 0
+
+
+def _raise_unpickling_error(error: BaseException | None) -> Callable:
+    def fail() -> None:
+        raise RuntimeError(f"could not unpickle the env functions in the client process: {error!r}") from error
+
+    return fail
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+

@@ -1,0 +1,188 @@
+"""Messages between a RemoteVectorEnv (the server) and its EnvClients, as frames.
+
+Pure functions and constants, no sockets; ``docs/PROTOCOL.md`` is the specification this module
+implements. Every message is a ZeroMQ multipart message whose first frame is a 16-byte header::
+
+    magic "GR" | version u8 | kind u8 | flags u16 | count u16 | seq u64      (little-endian)
+
+followed by kind-specific bytes in the same frame (only RESULT has any), then the message's array
+frames, then, when ``flags & FLAG_VALUE``, a value section: one JSON body frame and the buffer frames
+it refers to (see :mod:`gym_remote.codec`).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from gym_remote import codec
+from gym_remote.errors import ProtocolError
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "MAGIC",
+    "Kind",
+    "FLAG_VALUE",
+    "Header",
+    "pack_header",
+    "parse_header",
+    "ResultFrame",
+    "parse_result_scalars",
+    "value_frames",
+    "read_value",
+    "message",
+    "kind_name",
+    "format_slots",
+]
+
+PROTOCOL_VERSION = 1
+MAGIC = b"GR"
+HEADER = struct.Struct("<2sBBHHQ")
+HEADER_SIZE = HEADER.size  # 16
+
+FLAG_VALUE = 0x1
+"""A value section (JSON body + buffers) follows the message's array frames."""
+
+MAX_ENVS_PER_CLIENT = 0xFFFF
+
+
+class Kind(enum.IntEnum):
+    """Message kinds. Client to server: HELLO, BYE, RESULT, CALL_RESULT, ERROR; the rest server to client."""
+
+    HELLO = 1
+    WELCOME = 2
+    REFUSE = 3
+    BYE = 4
+    CLOSE = 5
+    RESET = 10
+    STEP = 11
+    CALL = 12
+    SET_ATTR = 13
+    RESULT = 20
+    CALL_RESULT = 21
+    ERROR = 22
+
+
+_KINDS = frozenset(int(kind) for kind in Kind)
+
+
+class Header(NamedTuple):
+    """A parsed header frame."""
+
+    version: int
+    kind: int
+    flags: int
+    count: int
+    seq: int
+
+
+def pack_header(kind: Kind, seq: int = 0, count: int = 0, flags: int = 0) -> bytes:
+    """The 16-byte header of a message."""
+    return HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, flags, count, seq)
+
+
+def parse_header(frame: bytes | memoryview) -> Header:
+    """Parse a header frame; the version is returned, not checked, so a peer can answer a mismatch.
+
+    Raises:
+        ProtocolError: the frame is too short, lacks the magic bytes, or names an unknown kind.
+    """
+    if len(frame) < HEADER_SIZE:
+        raise ProtocolError(f"malformed message: header frame of {len(frame)} bytes, expected at least {HEADER_SIZE}")
+    magic, version, kind, flags, count, seq = HEADER.unpack_from(frame)
+    if magic != MAGIC:
+        raise ProtocolError(f"malformed message: header starts with {bytes(magic)!r}, expected {MAGIC!r}")
+    if version == PROTOCOL_VERSION and kind not in _KINDS:
+        raise ProtocolError(f"malformed message: unknown message kind {kind}")
+    return Header(version, kind, flags, count, seq)
+
+
+class ResultFrame:
+    """The header frame of a RESULT message, preallocated and refilled in place on every step.
+
+    It carries the header and, for the client's ``count`` envs, ``float64`` rewards then ``uint8``
+    terminated and truncated flags. Writing into :attr:`rewards`, :attr:`terminated` and
+    :attr:`truncated` writes into the frame.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.buffer = bytearray(HEADER_SIZE + 10 * count)
+        self.rewards = np.frombuffer(self.buffer, dtype="<f8", count=count, offset=HEADER_SIZE)
+        self.terminated = np.frombuffer(self.buffer, dtype=np.bool_, count=count, offset=HEADER_SIZE + 8 * count)
+        self.truncated = np.frombuffer(self.buffer, dtype=np.bool_, count=count, offset=HEADER_SIZE + 9 * count)
+
+    def pack(self, seq: int, flags: int) -> bytearray:
+        """Write the header for ``seq`` and return the whole frame."""
+        HEADER.pack_into(self.buffer, 0, MAGIC, PROTOCOL_VERSION, Kind.RESULT, flags, self.count, seq)
+        return self.buffer
+
+
+def parse_result_scalars(frame: bytes, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Views of the rewards, terminated and truncated arrays in a RESULT header frame.
+
+    Raises:
+        ProtocolError: the frame's length does not fit ``count`` envs.
+    """
+    if len(frame) != HEADER_SIZE + 10 * count:
+        raise ProtocolError(
+            f"malformed RESULT: header frame of {len(frame)} bytes, expected {HEADER_SIZE + 10 * count} for {count} envs"
+        )
+    rewards = np.frombuffer(frame, dtype="<f8", count=count, offset=HEADER_SIZE)
+    flags = np.frombuffer(frame, dtype=np.uint8, count=2 * count, offset=HEADER_SIZE + 8 * count)
+    if flags.max(initial=0) > 1:
+        raise ProtocolError("malformed RESULT: terminated/truncated bytes must be 0 or 1")
+    return rewards, flags[:count].view(np.bool_), flags[count:].view(np.bool_)
+
+
+def value_frames(value: Any, *, allow_pickle: bool = False, what: str = "value") -> list[Any]:
+    """A value section: ``[body, *buffers]`` (see :func:`gym_remote.codec.encode`)."""
+    body, buffers = codec.encode(value, allow_pickle=allow_pickle, what=what)
+    return [body, *buffers]
+
+
+def read_value(frames: Sequence[Any], *, allow_pickle: bool = False) -> Any:
+    """Decode a value section (the inverse of :func:`value_frames`).
+
+    Raises:
+        ProtocolError: the section is missing or malformed.
+    """
+    if not frames:
+        raise ProtocolError("malformed message: the value section is missing")
+    return codec.decode(frames[0], frames[1:], allow_pickle=allow_pickle)
+
+
+def message(kind: Kind, value: Any = None, *, seq: int = 0, count: int = 0, allow_pickle: bool = False,
+            what: str = "value") -> list[Any]:
+    """A whole control message: header and, unless ``value`` is None, a value section."""
+    if value is None:
+        return [pack_header(kind, seq, count)]
+    return [pack_header(kind, seq, count, FLAG_VALUE), *value_frames(value, allow_pickle=allow_pickle, what=what)]
+
+
+def kind_name(kind: int) -> str:
+    """The name of a message kind, for logs and errors."""
+    try:
+        return Kind(kind).name
+    except ValueError:
+        return f"kind {kind}"
+
+
+def format_slots(slots: Sequence[int]) -> str:
+    """Slot numbers for humans: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    if not len(slots):
+        return "none"
+    parts = []
+    start = previous = slots[0]
+    for slot in [*slots[1:], None]:
+        if slot is not None and slot == previous + 1:
+            previous = slot
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if slot is not None:
+            start = previous = slot
+    return ",".join(parts)

@@ -1,0 +1,602 @@
+"""The server side of the wire: one ROUTER socket, the clients that joined it, and their slots.
+
+:class:`SlotServer` knows messages, clients and slots, not Gymnasium semantics; the
+:class:`~gym_remote.RemoteVectorEnv` builds commands and reads results through it. It is used from one
+thread only (the learner's), as its socket must be: joins and other control messages are handled
+whenever that thread waits for replies, so nothing runs behind the learner's back.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import zmq
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+
+from gym_remote import codec, protocol
+from gym_remote.errors import (
+    ClientLostError,
+    ProtocolError,
+    RemoteEnvError,
+    RemoteTimeoutError,
+)
+from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
+
+__all__ = ["SlotServer", "ClientInfo", "LaunchSlot"]
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.25
+"""Longest a wait blocks inside libzmq before it checks deadlines and local client processes."""
+
+MAX_MESSAGE_BYTES = 1 << 30
+"""Largest frame a peer may send (ZMQ_MAXMSGSIZE); a peer that sends more is disconnected by libzmq."""
+
+
+@dataclass(eq=False)
+class ClientInfo:
+    """What the server knows of one joined client."""
+
+    identity: bytes
+    name: str
+    host: str
+    pid: int
+    session: str
+    slots: list[int]
+    trusted: bool
+    observation_spaces: list[gym.Space]
+    action_spaces: list[gym.Space]
+    metadata: dict[str, Any]
+    render_mode: str | None
+    launch_index: int | None = None
+    joined_at: float = field(default_factory=time.monotonic)
+    steps: int = 0
+    # recv_into targets for the observation leaves, and how to scatter them if slots are not consecutive
+    observation_targets: list[np.ndarray] = field(default_factory=list)
+    slot_slice: slice | None = None
+    slot_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+
+    @property
+    def count(self) -> int:
+        return len(self.slots)
+
+    def describe(self) -> str:
+        return f"client {self.name!r} (slots {format_slots(self.slots)})"
+
+
+@dataclass
+class LaunchSlot:
+    """Slots reserved for a client the server launched itself, which proves itself with ``token``."""
+
+    index: int
+    first_slot: int
+    count: int
+    token: str
+
+
+class SlotServer:
+    """A bound ROUTER socket that maps joining clients onto ``num_envs`` slots.
+
+    Args:
+        bind: endpoint to bind, e.g. ``"tcp://127.0.0.1:*"`` (a free port) or ``"ipc:///path"``.
+        num_envs: number of slots.
+        observation_mode: ``"same"``, ``"different"`` or a custom space pair, as in ``SyncVectorEnv``;
+            decides how a client's observation spaces must match the vector's.
+        autoreset_mode: told to clients in WELCOME.
+        allow_pickle: ``True`` lets remote clients that ask for it use the trusted pickle mode;
+            launched clients are trusted unless this is ``False``.
+        launches: slots reserved for launched clients.
+        name: the server's name in WELCOME and logs.
+    """
+
+    def __init__(
+        self,
+        bind: str,
+        num_envs: int,
+        *,
+        observation_mode: Any,
+        autoreset_mode: Any,
+        allow_pickle: bool | None,
+        launches: Sequence[LaunchSlot] = (),
+        name: str = "gym_remote",
+    ) -> None:
+        self.num_envs = num_envs
+        self.observation_mode = observation_mode
+        self.autoreset_mode = autoreset_mode
+        self.allow_pickle = allow_pickle
+        self.name = name
+        self.launches = {launch.index: launch for launch in launches}
+        self._reserved = np.zeros(num_envs, dtype=bool)
+        for launch in launches:
+            self._reserved[launch.first_slot : launch.first_slot + launch.count] = True
+        self.slots: list[ClientInfo | None] = [None] * num_envs
+        self.clients: dict[bytes, ClientInfo] = {}
+        self.observation_space: gym.Space | None = None
+        self.action_space: gym.Space | None = None
+        self.observation_leaves: list[np.ndarray] | None = None
+        self.launch_failures: dict[int, str] = {}
+        self.refusals: list[str] = []
+        self.on_first_spaces: Callable[[ClientInfo], None] | None = None
+        self.watchdog: Callable[[], None] | None = None
+        self._seq = 0
+
+        self.context = zmq.Context()
+        sock = self.context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.RCVTIMEO, int(POLL_SECONDS * 1000))
+        sock.setsockopt(zmq.SNDTIMEO, int(POLL_SECONDS * 1000))
+        try:
+            sock.bind(bind)
+        except zmq.ZMQError as error:
+            sock.close()
+            self.context.term()
+            raise OSError(f"cannot bind {bind!r}: {error}") from None
+        self.socket = sock
+        self.address = _connectable(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        logger.info("server %s listening on %s for %d slots", name, self.address, num_envs)
+
+    # -- slots -------------------------------------------------------------------------------------
+
+    def set_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        """Fix the vector's single spaces that joining clients must match."""
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+    def set_observation_buffers(self, leaves: list[np.ndarray] | None) -> None:
+        """The batch's observation leaf arrays, which replies are received into (None: value path)."""
+        self.observation_leaves = leaves
+        for client in self.clients.values():
+            self._prepare_targets(client)
+
+    @property
+    def served(self) -> int:
+        return sum(client is not None for client in self.slots)
+
+    def empty_slots(self) -> list[int]:
+        return [slot for slot, client in enumerate(self.slots) if client is None]
+
+    def wait_for_slots(self, timeout: float, slots: Iterable[int] | None = None, what: str = "all slots") -> None:
+        """Handle joins until every slot in ``slots`` (default: all) is served.
+
+        Raises:
+            RemoteTimeoutError: ``timeout`` seconds passed; the message says how many slots are served.
+        """
+        needed = list(range(self.num_envs)) if slots is None else list(slots)
+        deadline = time.monotonic() + timeout
+        while any(self.slots[slot] is None for slot in needed):
+            if time.monotonic() > deadline:
+                empty = [slot for slot in needed if self.slots[slot] is None]
+                hint = f"; clients refused: {'; '.join(self.refusals[-3:])}" if self.refusals else ""
+                raise RemoteTimeoutError(
+                    f"timed out after {timeout:g} s waiting for clients to serve {what}: {self.served} of "
+                    f"{self.num_envs} slots are served (slots {format_slots(empty)} have no client); "
+                    f"clients connect to {self.address}{hint}"
+                )
+            self._poll_once(deadline)
+
+    def wait_for_first_client(self, timeout: float) -> None:
+        """Handle joins until the vector's spaces are known (the first client brings them)."""
+        deadline = time.monotonic() + timeout
+        while self.observation_space is None:
+            if time.monotonic() > deadline:
+                raise RemoteTimeoutError(
+                    f"timed out after {timeout:g} s waiting for a first client at {self.address} "
+                    "to learn the spaces (pass observation_space and action_space to skip this wait)"
+                )
+            self._poll_once(deadline)
+
+    # -- commands ----------------------------------------------------------------------------------
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def exchange(
+        self,
+        clients: Sequence[ClientInfo],
+        build: Callable[[ClientInfo, int], list[Any]],
+        on_reply: Callable[[ClientInfo, protocol.Header, bytes], None],
+        *,
+        reply_kind: Kind,
+        timeout: float,
+        what: str,
+    ) -> None:
+        """Send one command to each of ``clients`` and handle their replies, in arrival order.
+
+        ``build(client, seq)`` makes the command's frames; ``on_reply(client, header, header_frame)``
+        must read the rest of the reply through :meth:`recv_into` / :meth:`recv_rest`. Errors reported by
+        clients, and malformed replies, are raised after every client has answered, so that no reply is
+        left behind to confuse a later command.
+
+        Raises:
+            RemoteEnvError: an env raised in a client (the first such error, naming its slot).
+            ProtocolError: a client's reply was malformed.
+            RemoteTimeoutError: not every client answered within ``timeout``.
+            ClientLostError: a client left, or a launched client's process died.
+        """
+        seq = self.next_seq()
+        pending: dict[bytes, ClientInfo] = {}
+        for client in clients:
+            self.send(client, build(client, seq))
+            pending[client.identity] = client
+        errors: list[Exception] = []
+        deadline = time.monotonic() + timeout
+        sock = self.socket
+        while pending:
+            try:
+                identity = sock.recv()
+            except zmq.Again:
+                self._idle(deadline, pending.values(), what, timeout)
+                continue
+            frame = sock.recv()
+            client = pending.get(identity)
+            try:
+                header = protocol.parse_header(frame)
+            except ProtocolError as error:
+                self._drain()
+                self._complain(identity, error)
+                continue
+            if client is None or header.seq != seq or header.version != protocol.PROTOCOL_VERSION:
+                self._handle_other(identity, header, frame, pending)
+                continue
+            try:
+                if header.kind == reply_kind:
+                    on_reply(client, header, frame)
+                elif header.kind == Kind.ERROR:
+                    errors.append(self._remote_error(client, self.recv_value(client, header), what))
+                else:
+                    raise ProtocolError(f"expected {reply_kind.name} for {what}, got {kind_name(header.kind)}")
+            except ProtocolError as error:
+                self._drain()
+                logger.error("%s sent a malformed reply to %s: %s", client.describe(), what, error)
+                errors.append(ProtocolError(f"{client.describe()} sent a malformed reply to {what}: {error}"))
+            del pending[identity]
+        if errors:
+            raise errors[0]
+
+    def send(self, client: ClientInfo, frames: list[Any]) -> None:
+        """Send one message to ``client``."""
+        try:
+            self.socket.send_multipart([client.identity, *frames], copy=False)
+        except zmq.ZMQError as error:
+            if error.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                self._forget(client, "it is unreachable")
+                raise ClientLostError(f"{client.describe()} is unreachable: {error}") from None
+            raise
+
+    def recv_into(self, targets: Sequence[np.ndarray], what: str) -> None:
+        """Receive the next frames of the current message straight into ``targets``."""
+        sock = self.socket
+        for target in targets:
+            if not sock.get(zmq.RCVMORE):
+                raise ProtocolError(f"{what}: message ended before all array frames")
+            received = sock.recv_into(target)
+            if received != target.nbytes:
+                raise ProtocolError(f"{what}: array frame of {received} bytes, expected {target.nbytes}")
+
+    def recv_rest(self) -> list[bytes]:
+        """The remaining frames of the current message."""
+        frames = []
+        sock = self.socket
+        while sock.get(zmq.RCVMORE):
+            frames.append(sock.recv())
+        return frames
+
+    def recv_value(self, client: ClientInfo, header: protocol.Header) -> Any:
+        """The value section that ends the current message (None if the header has none)."""
+        frames = self.recv_rest()
+        if not header.flags & FLAG_VALUE:
+            if frames:
+                raise ProtocolError(f"{len(frames)} unexpected frames without a value section")
+            return None
+        return protocol.read_value(frames, allow_pickle=client.trusted)
+
+    # -- closing -----------------------------------------------------------------------------------
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send CLOSE to every client, wait up to ``timeout`` for their BYE, and close the socket."""
+        clients = list(self.clients.values())
+        waiting = set()
+        for client in clients:
+            try:
+                self.socket.send_multipart([client.identity, protocol.pack_header(Kind.CLOSE)])
+                waiting.add(client.identity)
+            except zmq.ZMQError:
+                pass
+        deadline = time.monotonic() + timeout
+        while waiting and time.monotonic() < deadline:
+            try:
+                identity = self.socket.recv()
+            except zmq.Again:
+                continue
+            frames = self.recv_rest()
+            try:
+                header = protocol.parse_header(frames[0]) if frames else None
+            except ProtocolError:
+                header = None
+            if header is not None and header.kind == Kind.BYE:
+                waiting.discard(identity)
+        if waiting:
+            logger.warning("%d client(s) did not acknowledge CLOSE within %g s", len(waiting), timeout)
+        for client in clients:
+            self._forget(client, "the server closed", level=logging.DEBUG)
+        self.socket.close(linger=0)
+        self.context.term()
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _poll_once(self, deadline: float) -> None:
+        try:
+            identity = self.socket.recv()
+        except zmq.Again:
+            if self.watchdog is not None:
+                self.watchdog()
+            return
+        frame = self.socket.recv()
+        try:
+            header = protocol.parse_header(frame)
+        except ProtocolError as error:
+            self._drain()
+            self._complain(identity, error)
+            return
+        self._handle_other(identity, header, frame, {})
+
+    def _idle(self, deadline: float, pending: Iterable[ClientInfo], what: str, timeout: float) -> None:
+        if self.watchdog is not None:
+            self.watchdog()
+        if time.monotonic() > deadline:
+            waiting = "; ".join(client.describe() for client in pending)
+            raise RemoteTimeoutError(f"timed out after {timeout:g} s waiting for {what} from {waiting}")
+
+    def _handle_other(self, identity: bytes, header: protocol.Header, frame: bytes,
+                      pending: dict[bytes, ClientInfo]) -> None:
+        """A message that is not an awaited reply: a join, a leave, a late reply, or a stray."""
+        if header.kind == Kind.HELLO:
+            self._on_hello(identity, header)
+            return
+        client = self.clients.get(identity)
+        if header.kind == Kind.ERROR and client is None:
+            self._on_start_failure(identity, header)
+            return
+        self._drain()
+        if client is None:
+            logger.warning("ignoring %s from an unknown peer (it has not sent HELLO)", kind_name(header.kind))
+        elif header.kind == Kind.BYE:
+            self._forget(client, "it left")
+            if identity in pending:
+                del pending[identity]
+                raise ClientLostError(f"{client.describe()} left while the server waited for its reply")
+        else:
+            logger.debug("dropping a late %s (seq %d) from %s", kind_name(header.kind), header.seq, client.describe())
+
+    def _on_start_failure(self, identity: bytes, header: protocol.Header) -> None:
+        try:
+            report = protocol.read_value(self.recv_rest())
+            launch = report.get("launch") or {}
+            text = f"{report['type']}: {report['message']}\n{report['traceback']}"
+        except (ProtocolError, KeyError, TypeError, AttributeError) as error:
+            logger.warning("ignoring a malformed ERROR from an unknown peer: %s", error)
+            return
+        index = launch.get("index") if isinstance(launch, dict) else None
+        record = self.launches.get(index) if type(index) is int else None
+        if record is not None and hmac.compare_digest(str(launch.get("token", "")), record.token):
+            self.launch_failures[index] = text
+        else:
+            logger.error("client %r failed before joining: %s", report.get("name"), text)
+
+    def _on_hello(self, identity: bytes, header: protocol.Header) -> None:
+        if identity in self.clients:  # a repeated HELLO: answer as before
+            self._drain()
+            self._welcome(self.clients[identity])
+            return
+        try:
+            frames = self.recv_rest()
+            if header.version != protocol.PROTOCOL_VERSION:
+                raise _Refusal("version", f"protocol version mismatch: the server speaks {protocol.PROTOCOL_VERSION}, "
+                                          f"the client {header.version}")
+            hello = protocol.read_value(frames)
+            client = self._admit(identity, hello)
+        except _Refusal as refusal:
+            self._refuse(identity, refusal.code, str(refusal))
+            return
+        except (ProtocolError, KeyError, TypeError, ValueError) as error:
+            self._refuse(identity, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
+            return
+        self.clients[identity] = client
+        for slot in client.slots:
+            self.slots[slot] = client
+        if self.observation_space is None:
+            self.set_spaces(client.observation_spaces[0], client.action_spaces[0])
+            if self.on_first_spaces is not None:
+                self.on_first_spaces(client)
+        self._prepare_targets(client)
+        self._welcome(client)
+        logger.info("%s joined from %s (pid %d); %d of %d slots served", client.describe(), client.host,
+                    client.pid, self.served, self.num_envs)
+
+    def _admit(self, identity: bytes, hello: dict[str, Any]) -> ClientInfo:
+        if not isinstance(hello, dict):
+            raise ProtocolError("HELLO must carry a dict")
+        if hello.get("protocol") != protocol.PROTOCOL_VERSION:
+            raise _Refusal("version", f"protocol version mismatch: the server speaks {protocol.PROTOCOL_VERSION}, "
+                                      f"the client {hello.get('protocol')}")
+        count = hello["num_envs"]
+        if type(count) is not int or not 1 <= count <= protocol.MAX_ENVS_PER_CLIENT:
+            raise ProtocolError(f"num_envs must be an int from 1 to {protocol.MAX_ENVS_PER_CLIENT}")
+        launch_index, trusted = self._check_launch(hello.get("launch"))
+        if not trusted and self.allow_pickle is True and hello.get("allow_pickle") is True:
+            trusted = True
+        observation_spaces = _spaces_per_env(hello, "observation", count, trusted)
+        action_spaces = _spaces_per_env(hello, "action", count, trusted)
+        self._check_spaces(observation_spaces, action_spaces)
+        if launch_index is not None:
+            launch = self.launches[launch_index]
+            if count != launch.count:
+                raise _Refusal("invalid", f"launched client {launch_index} hosts {count} envs, expected {launch.count}")
+            slots = list(range(launch.first_slot, launch.first_slot + count))
+            if any(self.slots[slot] is not None for slot in slots):
+                raise _Refusal("full", f"the slots of launched client {launch_index} are taken")
+        else:
+            slots = self._free_slots(count)
+        metadata = hello.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise ProtocolError("metadata must be a dict")
+        if trusted and hello.get("metadata_pickle"):
+            metadata = {**metadata, **cloudpickle.loads(hello["metadata_pickle"])}
+        render_mode = hello.get("render_mode")
+        return ClientInfo(
+            identity=identity,
+            name=str(hello.get("name", "?"))[:200],
+            host=str(hello.get("host", "?"))[:200],
+            pid=int(hello.get("pid", 0)),
+            session=str(hello.get("session", "")),
+            slots=slots,
+            trusted=trusted,
+            observation_spaces=observation_spaces,
+            action_spaces=action_spaces,
+            metadata=metadata,
+            render_mode=render_mode if isinstance(render_mode, str) else None,
+            launch_index=launch_index,
+        )
+
+    def _check_launch(self, launch: Any) -> tuple[int | None, bool]:
+        if launch is None:
+            return None, False
+        index = launch.get("index") if isinstance(launch, dict) else None
+        record = self.launches.get(index) if type(index) is int else None
+        if record is None or not hmac.compare_digest(str(launch.get("token", "")), record.token):
+            raise _Refusal("invalid", "the client claims to be a launched client, but its launch token is wrong")
+        return index, self.allow_pickle is not False
+
+    def _check_spaces(self, observation_spaces: list[gym.Space], action_spaces: list[gym.Space]) -> None:
+        reference_obs = self.observation_space if self.observation_space is not None else observation_spaces[0]
+        reference_act = self.action_space if self.action_space is not None else action_spaces[0]
+        same = isinstance(self.observation_mode, str) and self.observation_mode == "same"
+        for index, (obs_space, act_space) in enumerate(zip(observation_spaces, action_spaces, strict=True)):
+            if same and obs_space != reference_obs:
+                raise _Refusal(
+                    "spaces",
+                    f"observation space of env {index} is {obs_space}, the vector's single_observation_space is "
+                    f"{reference_obs} (observation_mode='same'; use 'different' for spaces that differ in bounds only)",
+                )
+            if not same and not is_space_dtype_shape_equiv(obs_space, reference_obs):
+                raise _Refusal(
+                    "spaces",
+                    f"observation space of env {index} is {obs_space}, which does not share shape and dtype with "
+                    f"the vector's single_observation_space {reference_obs}",
+                )
+            if act_space != reference_act:
+                raise _Refusal(
+                    "spaces",
+                    f"action space of env {index} is {act_space}, the vector's single_action_space is {reference_act}",
+                )
+
+    def _free_slots(self, count: int) -> list[int]:
+        free = [slot for slot in range(self.num_envs) if self.slots[slot] is None and not self._reserved[slot]]
+        if len(free) < count:
+            raise _Refusal(
+                "full",
+                f"no free slot: the vector has {self.num_envs} slots and {len(free)} are free, "
+                f"this client offers {count} envs",
+            )
+        for start in range(len(free) - count + 1):  # prefer consecutive slots (received in place)
+            if free[start + count - 1] - free[start] == count - 1:
+                return free[start : start + count]
+        return free[:count]
+
+    def _prepare_targets(self, client: ClientInfo) -> None:
+        slots = client.slots
+        consecutive = slots == list(range(slots[0], slots[0] + len(slots)))
+        client.slot_slice = slice(slots[0], slots[0] + len(slots)) if consecutive else None
+        client.slot_index = np.asarray(slots, dtype=np.intp)
+        if self.observation_leaves is None:
+            client.observation_targets = []
+        elif consecutive:
+            client.observation_targets = [leaf[client.slot_slice] for leaf in self.observation_leaves]
+        else:
+            client.observation_targets = [np.empty_like(leaf[: len(slots)]) for leaf in self.observation_leaves]
+
+    def _welcome(self, client: ClientInfo) -> None:
+        welcome = {
+            "protocol": protocol.PROTOCOL_VERSION,
+            "server": self.name,
+            "slots": client.slots,
+            "num_envs": self.num_envs,
+            "autoreset_mode": self.autoreset_mode.value,
+            "observation_space": codec.space_to_value(self.observation_space, allow_pickle=client.trusted),
+            "action_space": codec.space_to_value(self.action_space, allow_pickle=client.trusted),
+            "allow_pickle": client.trusted,
+        }
+        self.socket.send_multipart([client.identity, *protocol.message(Kind.WELCOME, welcome)])
+
+    def _refuse(self, identity: bytes, code: str, reason: str) -> None:
+        logger.warning("refused a client: %s", reason)
+        self.refusals.append(reason)
+        try:
+            self.socket.send_multipart([identity, *protocol.message(Kind.REFUSE, {"code": code, "reason": reason})])
+        except zmq.ZMQError:
+            pass
+
+    def _forget(self, client: ClientInfo, why: str, level: int = logging.INFO) -> None:
+        if self.clients.pop(client.identity, None) is None:
+            return
+        for slot in client.slots:
+            if self.slots[slot] is client:
+                self.slots[slot] = None
+        logger.log(level, "%s is gone: %s; %d of %d slots served", client.describe(), why, self.served, self.num_envs)
+
+    def _remote_error(self, client: ClientInfo, report: Any, what: str) -> RemoteEnvError:
+        if not isinstance(report, dict):
+            return RemoteEnvError(f"{client.describe()} reported an unreadable error during {what}")
+        index = report.get("index")
+        slot = client.slots[index] if type(index) is int and 0 <= index < client.count else None
+        where = f"slot {slot}" if slot is not None else client.describe()
+        return RemoteEnvError(
+            f"{what} failed in {where} ({client.describe()}): {report.get('type')}: {report.get('message')}",
+            slot=slot,
+            remote_type=str(report.get("type", "")),
+            remote_traceback=str(report.get("traceback", "")),
+        )
+
+    def _complain(self, identity: bytes, error: Exception) -> None:
+        logger.warning("dropping a malformed message from peer %s: %s", identity.hex()[:16], error)
+
+    def _drain(self) -> None:
+        sock = self.socket
+        while sock.get(zmq.RCVMORE):
+            sock.recv()
+
+
+class _Refusal(Exception):
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+def _spaces_per_env(hello: dict[str, Any], which: str, count: int, trusted: bool) -> list[gym.Space]:
+    distinct = hello[f"{which}_spaces"]
+    index = hello[f"{which}_space_index"]
+    if type(distinct) is not list or type(index) is not list or len(index) != count:
+        raise ProtocolError(f"{which}_spaces / {which}_space_index do not describe {count} envs")
+    decoded = [codec.space_from_value(value, allow_pickle=trusted) for value in distinct]
+    if any(type(position) is not int or not 0 <= position < len(decoded) for position in index):
+        raise ProtocolError(f"{which}_space_index refers to a space that is not there")
+    return [decoded[position] for position in index]
+
+
+def _connectable(endpoint: str) -> str:
+    """An endpoint a client can connect to (a wildcard bind address becomes the loopback address)."""
+    for wildcard in ("tcp://0.0.0.0:", "tcp://[::]:"):
+        if endpoint.startswith(wildcard):
+            return "tcp://127.0.0.1:" + endpoint[len(wildcard):]
+    return endpoint

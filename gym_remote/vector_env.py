@@ -1,0 +1,558 @@
+"""The learner's face: :class:`RemoteVectorEnv`, a Gymnasium ``VectorEnv`` whose envs live in clients."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from copy import deepcopy
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.error import ClosedEnvironmentError
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_differing_spaces, batch_space, concatenate, create_empty_array, iterate
+
+from gym_remote import codec, protocol
+from gym_remote.errors import ClientLostError, ProtocolError
+from gym_remote.launch import LocalClients
+from gym_remote.protocol import FLAG_VALUE, Kind
+from gym_remote.server import ClientInfo, SlotServer
+
+__all__ = ["RemoteVectorEnv"]
+
+logger = logging.getLogger(__name__)
+
+
+class RemoteVectorEnv(VectorEnv):
+    """A vector env whose sub-environments run in ZeroMQ clients, a drop-in for ``SyncVectorEnv``.
+
+    Two ways to build one:
+
+    * ``RemoteVectorEnv(env_fns)`` (as ``SyncVectorEnv``) starts ``num_clients`` local client
+      processes, each serving a contiguous share of ``env_fns`` over a private ``ipc://`` endpoint;
+      ``env_fns[i]`` always serves slot ``i``.
+    * ``RemoteVectorEnv(num_envs=n)`` only listens (on ``bind``, by default loopback with a free
+      port, readable as :attr:`address`); clients anywhere join with ``gym-remote client ADDRESS``
+      or :class:`~gym_remote.EnvClient`, and :meth:`reset` waits until every slot is served.
+
+    Observations, rewards (float64), terminations, truncations and infos are exactly those of
+    ``SyncVectorEnv`` for the same envs, seeds and actions, in every autoreset mode.
+
+    Args:
+        env_fns: functions that each make one env (the drop-in form), or None (the server form).
+        copy: return a copy of the observations from :meth:`reset` and :meth:`step`.
+        observation_mode: ``"same"``, ``"different"`` or a ``(observation_space, single_observation_space)``
+            pair, as in ``SyncVectorEnv``.
+        autoreset_mode: the :class:`~gymnasium.vector.AutoresetMode` (or its string value).
+        num_envs: number of slots; required without ``env_fns``.
+        bind: the endpoint to listen on. Default: a private ``ipc://`` path with ``env_fns``, else
+            ``"tcp://127.0.0.1:*"`` (loopback, free port).
+        num_clients: local processes to start (default: the CPU count, at most ``len(env_fns)``).
+        observation_space, action_space: single spaces for the server form; default: those of the
+            first client that joins.
+        timeout: seconds to wait for the clients' answers to a reset, step or call.
+        connect_timeout: seconds to wait for clients to fill the slots (at start-up and in :meth:`reset`).
+        allow_pickle: the trusted pickle mode, for values that cannot travel safely (e.g. custom
+            objects in infos or ``get_attr`` results). ``None`` (default): only for the local clients this
+            env starts itself; ``True``: also for remote clients that ask for it; ``False``: never.
+        name: the server's name in logs and in the clients' logs.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from gym_remote import RemoteVectorEnv
+        >>> envs = RemoteVectorEnv([lambda: gym.make("CartPole-v1")] * 4, num_clients=2)
+        >>> obs, infos = envs.reset(seed=42)
+        >>> obs.shape
+        (4, 4)
+        >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
+        >>> rewards
+        array([1., 1., 1., 1.])
+        >>> envs.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]] | None = None,
+        copy: bool = True,
+        observation_mode: str | tuple[gym.Space, gym.Space] = "same",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        *,
+        num_envs: int | None = None,
+        bind: str | None = None,
+        num_clients: int | None = None,
+        observation_space: gym.Space | None = None,
+        action_space: gym.Space | None = None,
+        timeout: float = 300.0,
+        connect_timeout: float = 60.0,
+        allow_pickle: bool | None = None,
+        name: str = "gym_remote",
+    ) -> None:
+        super().__init__()
+        self.closed = True  # until the server is up, so that a failing __init__ closes nothing twice
+        self.copy = copy
+        self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        self.observation_mode = observation_mode
+        if not (observation_mode in ("same", "different") or _is_space_pair(observation_mode)):
+            raise ValueError(
+                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
+                f"observation space, actual got {observation_mode}"
+            )
+        if env_fns is not None:
+            env_fns = list(env_fns)
+            if not env_fns:
+                raise ValueError("env_fns is empty: a vector env needs at least one env")
+            if num_envs is not None and num_envs != len(env_fns):
+                raise ValueError(f"num_envs={num_envs} does not match len(env_fns)={len(env_fns)}")
+            num_envs = len(env_fns)
+        elif num_envs is None or num_envs < 1:
+            raise ValueError("RemoteVectorEnv needs env_fns, or num_envs >= 1 for remote clients to join")
+        self.num_envs = int(num_envs)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.metadata = {"autoreset_mode": self.autoreset_mode}
+        self.render_mode = None
+
+        self._single_observation_space: gym.Space | None = None
+        self._single_action_space: gym.Space | None = None
+        self._observation_space: gym.Space | None = None
+        self._action_space: gym.Space | None = None
+        self._rewards = np.zeros(self.num_envs, dtype=np.float64)
+        self._terminations = np.zeros(self.num_envs, dtype=np.bool_)
+        self._truncations = np.zeros(self.num_envs, dtype=np.bool_)
+        self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
+        self._env_obs: list[Any] = [None] * self.num_envs
+        self._slot_infos: dict[int, dict] = {}
+        self._slot_finals: dict[int, tuple[Any, dict]] = {}
+
+        self._workdir: str | None = None
+        self._local: LocalClients | None = None
+        self._server: SlotServer | None = None
+        try:
+            if env_fns is not None:
+                self._workdir = tempfile.mkdtemp(prefix="gym-remote-")
+                count = num_clients if num_clients is not None else min(os.cpu_count() or 1, len(env_fns))
+                if not 1 <= count <= len(env_fns):
+                    raise ValueError(f"num_clients must be between 1 and len(env_fns)={len(env_fns)}, got {count}")
+                self._local = LocalClients(env_fns, count, self._workdir, connect_timeout=connect_timeout)
+                if bind is None:
+                    bind = f"ipc://{self._workdir}/server" if os.name == "posix" else "tcp://127.0.0.1:*"
+            self._server = SlotServer(
+                bind or "tcp://127.0.0.1:*",
+                self.num_envs,
+                observation_mode=observation_mode,
+                autoreset_mode=self.autoreset_mode,
+                allow_pickle=allow_pickle,
+                launches=self._local.slots if self._local is not None else (),
+                name=name,
+            )
+            self.closed = False
+            self._server.on_first_spaces = self._adopt_first_client
+            if (observation_space is None) != (action_space is None):
+                raise ValueError("give both observation_space and action_space, or neither")
+            if observation_space is not None:
+                self._set_spaces(observation_space, action_space)
+            if self._local is not None:
+                self._start_local_clients(allow_pickle)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- construction ------------------------------------------------------------------------------
+
+    def _start_local_clients(self, allow_pickle: bool | None) -> None:
+        server, local = self._server, self._local
+        local.start(server.address, allow_pickle=allow_pickle is not False)
+        server.watchdog = lambda: local.check(server.launch_failures)
+        try:
+            server.wait_for_slots(self.connect_timeout, what="the local clients")
+        except Exception as error:
+            if server.refusals:
+                raise RuntimeError(f"a local client was refused: {server.refusals[-1]}") from error
+            raise
+        first = server.slots[0]
+        self._set_spaces(first.observation_spaces[0], first.action_spaces[0])
+        self._adopt_first_client(first)
+
+    def _adopt_first_client(self, client: ClientInfo) -> None:
+        """Take metadata, render mode and (when not given) the spaces from a client's first env."""
+        self.metadata = {**client.metadata, "autoreset_mode": self.autoreset_mode}
+        self.render_mode = client.render_mode
+        if self._single_observation_space is None:
+            self._set_spaces(client.observation_spaces[0], client.action_spaces[0])
+
+    def _set_spaces(self, single_observation_space: gym.Space, single_action_space: gym.Space) -> None:
+        self._single_action_space = single_action_space
+        self._action_space = batch_space(single_action_space, self.num_envs)
+        if _is_space_pair(self.observation_mode):
+            self._observation_space, self._single_observation_space = self.observation_mode
+        else:
+            self._single_observation_space = single_observation_space
+            self._observation_space = (
+                batch_space(single_observation_space, self.num_envs) if self.observation_mode == "same" else None
+            )
+        self._server.set_spaces(self._single_observation_space, single_action_space)
+        self._observations = create_empty_array(self._single_observation_space, n=self.num_envs, fn=np.zeros)
+        self._observation_is_array = codec.array_leaf_spaces(self._single_observation_space) is not None
+        self._server.set_observation_buffers(
+            codec.batch_leaves(self._single_observation_space, self._observations) if self._observation_is_array else None
+        )
+        self._action_leaf_spaces = codec.array_leaf_spaces(single_action_space)
+
+    def _ensure_spaces(self) -> None:
+        if self._single_observation_space is None:
+            self._check_open()
+            self._server.wait_for_first_client(self.connect_timeout)
+
+    # -- spaces (known once the first client joins, unless given) ----------------------------------
+
+    @property
+    def single_observation_space(self) -> gym.Space:
+        self._ensure_spaces()
+        return self._single_observation_space
+
+    @single_observation_space.setter
+    def single_observation_space(self, space: gym.Space) -> None:
+        self._single_observation_space = space
+
+    @property
+    def observation_space(self) -> gym.Space:
+        self._ensure_spaces()
+        if self._observation_space is None:  # observation_mode="different" needs every slot's space
+            self._server.wait_for_slots(self.connect_timeout, what="all slots (observation_mode='different')")
+            self._observation_space = batch_differing_spaces(
+                [self._server.slots[slot].observation_spaces[self._server.slots[slot].slots.index(slot)]
+                 for slot in range(self.num_envs)]
+            )
+        return self._observation_space
+
+    @observation_space.setter
+    def observation_space(self, space: gym.Space) -> None:
+        self._observation_space = space
+
+    @property
+    def single_action_space(self) -> gym.Space:
+        self._ensure_spaces()
+        return self._single_action_space
+
+    @single_action_space.setter
+    def single_action_space(self, space: gym.Space) -> None:
+        self._single_action_space = space
+
+    @property
+    def action_space(self) -> gym.Space:
+        self._ensure_spaces()
+        return self._action_space
+
+    @action_space.setter
+    def action_space(self, space: gym.Space) -> None:
+        self._action_space = space
+
+    @property
+    def address(self) -> str:
+        """The endpoint clients connect to, e.g. ``"tcp://127.0.0.1:40123"``."""
+        return self._server.address
+
+    @property
+    def num_clients(self) -> int:
+        """How many clients are connected now."""
+        return len(self._server.clients)
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """The sub-envs' ``np_random_seed``, one per slot."""
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        """The sub-envs' random generators (needs the trusted pickle mode: they are not plain data)."""
+        return self.get_attr("np_random")
+
+    # -- the VectorEnv API -------------------------------------------------------------------------
+
+    def reset(
+        self,
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the sub-envs (all, or those in ``options["reset_mask"]``); as ``SyncVectorEnv.reset``.
+
+        Waits up to ``connect_timeout`` for clients to serve every slot that is reset.
+        """
+        self._check_open()
+        if seed is None:
+            seed = [None for _ in range(self.num_envs)]
+        elif isinstance(seed, int):
+            seed = [seed + i for i in range(self.num_envs)]
+        if len(seed) != self.num_envs:
+            raise ValueError(
+                f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seed)}."
+            )
+        reset_mask = None
+        if options is not None and "reset_mask" in options:
+            reset_mask = options.pop("reset_mask")
+            _check_reset_mask(reset_mask, self.num_envs)
+        self._ensure_spaces()
+        needed = range(self.num_envs) if reset_mask is None else np.flatnonzero(reset_mask).tolist()
+        self._server.wait_for_slots(self.connect_timeout, needed)
+        clients = self._clients_of(needed)
+
+        def build(client: ClientInfo, seq: int) -> list[Any]:
+            command = {
+                "seeds": [seed[slot] for slot in client.slots],
+                "options": options,
+                "mask": None if reset_mask is None else [bool(reset_mask[slot]) for slot in client.slots],
+            }
+            return protocol.message(Kind.RESET, command, seq=seq, count=client.count, allow_pickle=client.trusted,
+                                    what="reset options")
+
+        self._exchange(clients, build, "reset", scalars=False)
+        if reset_mask is None:
+            self._terminations[:] = False
+            self._truncations[:] = False
+            self._autoreset_envs[:] = False
+        else:
+            self._terminations[reset_mask] = False
+            self._truncations[reset_mask] = False
+            self._autoreset_envs[reset_mask] = False
+        return self._observations_out(), self._collect_infos()
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every sub-env with its action; as ``SyncVectorEnv.step`` (autoreset happens in the clients)."""
+        self._check_open()
+        self._ensure_spaces()
+        if self.autoreset_mode is AutoresetMode.DISABLED and self._autoreset_envs.any():
+            raise AssertionError(
+                f"autoreset_mode=DISABLED and the episodes of slots {np.flatnonzero(self._autoreset_envs).tolist()} "
+                "have ended: reset them with reset(options={'reset_mask': mask}) before stepping"
+            )
+        self._require_all_slots("step")
+        if self._action_leaf_spaces is not None:
+            leaves = self._action_leaves(actions)
+
+            def build(client: ClientInfo, seq: int) -> list[Any]:
+                rows = client.slot_slice if client.slot_slice is not None else client.slot_index
+                return [protocol.pack_header(Kind.STEP, seq, client.count), *(leaf[rows] for leaf in leaves)]
+        else:
+            per_env = list(iterate(self._action_space, actions))
+            if len(per_env) != self.num_envs:
+                raise ValueError(f"expected actions for {self.num_envs} envs, got {len(per_env)}")
+
+            def build(client: ClientInfo, seq: int) -> list[Any]:
+                command = {"actions": [per_env[slot] for slot in client.slots]}
+                return protocol.message(Kind.STEP, command, seq=seq, count=client.count,
+                                        allow_pickle=client.trusted, what="actions")
+
+        self._exchange(list(self._server.clients.values()), build, "step", scalars=True)
+        np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
+        return (
+            self._observations_out(),
+            np.copy(self._rewards),
+            np.copy(self._terminations),
+            np.copy(self._truncations),
+            self._collect_infos(),
+        )
+
+    def render(self) -> tuple[Any, ...]:
+        """The sub-envs' rendered frames, one per slot."""
+        return self.call("render")
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call ``name`` on every sub-env (reached through wrappers) or read it if not callable; one result per slot."""
+        self._check_open()
+        self._require_all_slots(f"call({name!r})")
+        command = {"name": name, "args": list(args), "kwargs": kwargs}
+        return self._call_clients(Kind.CALL, lambda client: command, f"call({name!r})")
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """The attribute ``name`` of every sub-env (reached through wrappers), one per slot."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set ``name`` on every sub-env: one value per slot, or one value for all (as ``SyncVectorEnv``)."""
+        self._check_open()
+        if not isinstance(values, (list, tuple)):
+            values = [values for _ in range(self.num_envs)]
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        self._require_all_slots(f"set_attr({name!r})")
+        self._call_clients(
+            Kind.SET_ATTR, lambda client: {"name": name, "values": [values[slot] for slot in client.slots]},
+            f"set_attr({name!r})",
+        )
+
+    def close_extras(self, timeout: float = 5.0, **kwargs: Any) -> None:
+        """Tell the clients to exit, reap the local client processes and release the endpoint."""
+        try:
+            if self._server is not None:
+                self._server.close(timeout)
+        finally:
+            if self._local is not None:
+                self._local.stop(timeout)
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            try:
+                self.close()
+            except Exception:  # never raise from a finalizer
+                pass
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedEnvironmentError(f"{type(self).__name__} is closed; it cannot be used any more")
+
+    def _require_all_slots(self, what: str) -> None:
+        empty = self._server.empty_slots()
+        if empty:
+            raise ClientLostError(
+                f"cannot {what}: slots {protocol.format_slots(empty)} have no client "
+                f"({self._server.served} of {self.num_envs} served); call reset() to wait for clients"
+            )
+
+    def _clients_of(self, slots: Sequence[int] | range) -> list[ClientInfo]:
+        clients: dict[bytes, ClientInfo] = {}
+        for slot in slots:
+            client = self._server.slots[slot]
+            clients.setdefault(client.identity, client)
+        return list(clients.values())
+
+    def _action_leaves(self, actions: Any) -> list[np.ndarray]:
+        """The batched actions as contiguous arrays, one per leaf of the action space, checked."""
+        try:
+            values = codec.batch_leaves(self._single_action_space, actions)
+        except (KeyError, TypeError, IndexError, ValueError) as error:
+            raise ValueError(
+                f"actions do not match the batched action space {self._action_space}: {type(error).__name__}: {error}"
+            ) from None
+        leaves = []
+        for space, value in zip(self._action_leaf_spaces, values, strict=True):
+            array = np.asarray(value)
+            if array.ndim == 0:
+                raise TypeError(f"Unable to iterate over the following elements: {value}")
+            if array.shape[0] != self.num_envs:
+                raise ValueError(f"expected actions for {self.num_envs} envs, got {array.shape[0]}")
+            if array.shape[1:] != space.shape:
+                raise ValueError(f"each action must have shape {space.shape} for {space}, got {array.shape[1:]}")
+            if array.dtype != space.dtype:
+                if not np.can_cast(array.dtype, space.dtype, casting="same_kind"):
+                    raise TypeError(f"actions of dtype {array.dtype} cannot be cast safely to {space.dtype} for {space}")
+                array = array.astype(space.dtype)
+            leaves.append(np.ascontiguousarray(array))
+        return leaves
+
+    def _exchange(self, clients: list[ClientInfo], build: Callable, what: str, *, scalars: bool) -> None:
+        self._slot_infos.clear()
+        self._slot_finals.clear()
+        self._server.exchange(
+            clients, build, lambda client, header, frame: self._read_result(client, header, frame, what, scalars),
+            reply_kind=Kind.RESULT, timeout=self.timeout, what=what,
+        )
+        if not self._observation_is_array:
+            self._observations = concatenate(self._single_observation_space, self._env_obs, self._observations)
+
+    def _read_result(self, client: ClientInfo, header: protocol.Header, frame: bytes, what: str, scalars: bool) -> None:
+        """Land one client's RESULT in the batch: arrays in place, infos kept per slot for _collect_infos."""
+        count = client.count
+        if header.count != count:
+            raise ProtocolError(f"RESULT for {header.count} envs, the client serves {count}")
+        rewards, terminations, truncations = protocol.parse_result_scalars(frame, count)
+        server = self._server
+        server.recv_into(client.observation_targets, f"{what} result")
+        extra = server.recv_value(client, header) or {}
+        if not isinstance(extra, dict):
+            raise ProtocolError("the RESULT value section must be a dict")
+        observations = extra.get("obs")
+        if not self._observation_is_array and (not isinstance(observations, list) or len(observations) != count):
+            raise ProtocolError(f"RESULT must carry a list of {count} observations")
+        infos = _checked_list(extra.get("infos"), count, "infos")
+        finals = _checked_list(extra.get("final"), count, "final")
+        rows = client.slot_slice if client.slot_slice is not None else client.slot_index
+        if client.slot_slice is None and self._observation_is_array:
+            for leaf, target in zip(server.observation_leaves, client.observation_targets, strict=True):
+                leaf[rows] = target
+        if scalars:
+            self._rewards[rows] = rewards
+            self._terminations[rows] = terminations
+            self._truncations[rows] = truncations
+        for index, slot in enumerate(client.slots):
+            if observations is not None:
+                self._env_obs[slot] = observations[index]
+            if infos is not None and infos[index]:
+                if not isinstance(infos[index], dict):
+                    raise ProtocolError(f"the info of env {index} is not a dict")
+                self._slot_infos[slot] = infos[index]
+            if finals is not None and finals[index] is not None:
+                final = finals[index]
+                if not isinstance(final, tuple) or len(final) != 2 or not isinstance(final[1], dict):
+                    raise ProtocolError(f"final of env {index} must be a (final_obs, final_info) pair")
+                self._slot_finals[slot] = final
+        client.steps += 1
+
+    def _collect_infos(self) -> dict[str, Any]:
+        """Batch the per-slot infos with ``_add_info`` in slot order, as ``SyncVectorEnv`` does."""
+        infos: dict[str, Any] = {}
+        for slot in sorted(self._slot_infos.keys() | self._slot_finals.keys()):
+            final = self._slot_finals.get(slot)
+            if final is not None:
+                infos = self._add_info(infos, {"final_obs": final[0], "final_info": final[1]}, slot)
+            infos = self._add_info(infos, self._slot_infos.get(slot, {}), slot)
+        return infos
+
+    def _call_clients(self, kind: Kind, command_for: Callable[[ClientInfo], dict], what: str) -> tuple[Any, ...]:
+        results: list[Any] = [None] * self.num_envs
+
+        def build(client: ClientInfo, seq: int) -> list[Any]:
+            return protocol.message(kind, command_for(client), seq=seq, count=client.count,
+                                    allow_pickle=client.trusted, what=f"the arguments of {what}")
+
+        def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
+            reply = self._server.recv_value(client, header)
+            values = reply.get("results") if isinstance(reply, dict) else None
+            if kind == Kind.CALL:
+                if not isinstance(values, list) or len(values) != client.count:
+                    raise ProtocolError(f"CALL_RESULT must carry {client.count} results")
+                for slot, value in zip(client.slots, values, strict=True):
+                    results[slot] = value
+
+        self._server.exchange(self._clients_of(range(self.num_envs)), build, on_reply,
+                              reply_kind=Kind.CALL_RESULT, timeout=self.timeout, what=what)
+        return tuple(results)
+
+    def _observations_out(self) -> Any:
+        return deepcopy(self._observations) if self.copy else self._observations
+
+
+def _is_space_pair(mode: Any) -> bool:
+    return isinstance(mode, tuple) and len(mode) == 2 and all(isinstance(space, gym.Space) for space in mode)
+
+
+def _check_reset_mask(reset_mask: Any, num_envs: int) -> None:
+    """The checks (and messages) of ``SyncVectorEnv.reset`` for ``options["reset_mask"]``."""
+    if not isinstance(reset_mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
+    if reset_mask.shape != (num_envs,):
+        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {reset_mask.shape}")
+    if reset_mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
+    if not np.any(reset_mask):
+        raise ValueError(
+            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={reset_mask}"
+        )
+
+
+def _checked_list(value: Any, count: int, name: str) -> list | None:
+    if value is not None and (not isinstance(value, list) or len(value) != count):
+        raise ProtocolError(f"RESULT {name} must be a list of {count} entries")
+    return value
+
