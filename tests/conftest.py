@@ -1,0 +1,73 @@
+"""Shared fixtures: every process a test starts is ended by the test, by its pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for child processes: the repository (and so ``tests.envs``) importable."""
+    env = dict(os.environ)
+    paths = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+class ProcessReaper:
+    """Starts processes for a test and kills every one of them, by pid, when the test ends."""
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen] = []
+
+    def popen(self, args: list[str], **kwargs) -> subprocess.Popen:
+        kwargs.setdefault("env", subprocess_env())
+        kwargs.setdefault("cwd", str(REPO_ROOT))
+        process = subprocess.Popen(args, **kwargs)
+        self.processes.append(process)
+        return process
+
+    def cli(self, *args: str, **kwargs) -> subprocess.Popen:
+        """Start ``python -m gym_remote ARGS``."""
+        return self.popen([sys.executable, "-m", "gym_remote", *args], **kwargs)
+
+    def kill_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                try:
+                    os.kill(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for stream in (process.stdout, process.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def reaper():
+    """A :class:`ProcessReaper`; all its processes are SIGKILLed and reaped after the test."""
+    reaper = ProcessReaper()
+    yield reaper
+    reaper.kill_all()
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
