@@ -31,7 +31,7 @@ import zmq
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from gym_remote import codec, protocol
+from gym_remote import codec, protocol, transport
 from gym_remote.errors import EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
 from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
 
@@ -308,7 +308,7 @@ class EnvClient:
                 if not self._handle(hosted, header):
                     return
             except Exception as error:  # an env or the message failed: report it and keep serving
-                _drain(sock)
+                transport.drain(sock)
                 self._send_error(header.seq if header else 0, error, hosted.failed_index)
                 hosted.failed_index = None
 
@@ -335,7 +335,7 @@ class EnvClient:
             hosted.set_attr(command["name"], command["values"])
             self._send_call_result(header.seq, None)
         elif kind == Kind.CLOSE:
-            _drain(self._socket)
+            transport.drain(self._socket)
             self._socket.send_multipart(protocol.message(Kind.BYE, seq=header.seq))
             logger.info("client %s: the server closed; exiting", self.name)
             return False
@@ -349,18 +349,13 @@ class EnvClient:
             raise ProtocolError(f"STEP for {header.count} envs, this client hosts {hosted.count}")
         if hosted.actions is None:
             return self._read_value(header)["actions"]
-        for leaf in hosted.action_frames:
-            if not sock.get(zmq.RCVMORE):
-                raise ProtocolError("STEP message is missing action frames")
-            received = sock.recv_into(leaf)
-            if received != leaf.nbytes:
-                raise ProtocolError(f"STEP action frame of {received} bytes, expected {leaf.nbytes}")
-        if sock.get(zmq.RCVMORE):
+        transport.recv_into(sock, hosted.action_frames, "STEP")
+        if sock.get(transport.RCVMORE):
             raise ProtocolError("STEP message has more frames than the action space needs")
         return iterate(hosted.action_batch_space, hosted.actions)
 
     def _read_value(self, header: protocol.Header) -> Any:
-        frames = _recv_rest(self._socket)
+        frames = transport.recv_rest(self._socket)
         if not header.flags & FLAG_VALUE:
             raise ProtocolError(f"{kind_name(header.kind)} message without its value section")
         return protocol.read_value(frames, allow_pickle=self._trusted)
@@ -377,7 +372,7 @@ class EnvClient:
         frames: list[Any] = [hosted.result.pack(seq, FLAG_VALUE if extra else 0), *hosted.observation_frames]
         if extra:
             frames += protocol.value_frames(extra, allow_pickle=self._trusted, what="the step result")
-        self._socket.send_multipart(frames, copy=False)
+        transport.send_frames(self._socket, frames)
 
     def _send_call_result(self, seq: int, results: list[Any] | None) -> None:
         self._socket.send_multipart(
@@ -406,18 +401,6 @@ class EnvClient:
     def _parent_alive(self) -> bool:
         parent = (self._launch or {}).get("parent_pid")
         return parent is None or os.getppid() == parent
-
-
-def _recv_rest(sock: zmq.Socket) -> list[bytes]:
-    frames = []
-    while sock.get(zmq.RCVMORE):
-        frames.append(sock.recv())
-    return frames
-
-
-def _drain(sock: zmq.Socket) -> None:
-    while sock.get(zmq.RCVMORE):
-        sock.recv()
 
 
 def _distinct(items: list[gym.Space]) -> tuple[list[gym.Space], list[int]]:

@@ -5,8 +5,8 @@ specified in ``docs/PROTOCOL.md`` ("Value encoding" and "Space encoding"); in sh
 one UTF-8 JSON *body* plus a list of binary *buffers* (numpy arrays and bytes travel as raw buffers,
 never inside the JSON):
 
-* ``null``, ``true``/``false``, numbers and strings stand for ``None``, ``bool``, ``int``, ``float``
-  and ``str``; a JSON object stands for a ``dict`` with string keys.
+* ``null``, ``true``/``false``, numbers and strings stand for ``None``, ``bool``, ``int`` (64-bit;
+  larger ints are tagged), ``float`` and ``str``; a JSON object stands for a ``dict`` with string keys.
 * every other value is a JSON array whose first element is a one-letter tag, e.g.
   ``["a", "<f4", [2, 3], 0]`` is a float32 array of shape (2, 3) whose bytes are buffer 0.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +45,8 @@ MAX_DEPTH = 64
 _ARRAY_KINDS = frozenset("biufcmMUS")
 _JSON_SCALAR_KINDS = frozenset("biuf")
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_DTYPE_PATTERN = re.compile(r"[<>|=]?[a-zA-Z?][a-zA-Z0-9]{0,15}(\[\w{1,8}\])?")
 
 
 class _Unencodable(Exception):
@@ -73,98 +76,112 @@ def encode(value: Any, *, allow_pickle: bool = False, what: str = "value") -> tu
     """
     buffers: list[Any] = []
     try:
-        tree = _encode(value, buffers, allow_pickle)
+        tree = _Encoder(buffers, allow_pickle).value(value, 0)
     except _Unencodable as failure:
         where = what + "".join(reversed(failure.path))
         raise EncodeError(f"cannot send {where}: {failure.reason}") from None
-    body = json.dumps(tree, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return body.encode("utf-8"), buffers
+    # ASCII JSON: lone surrogates in str survive as \u escapes, and the body is valid UTF-8 anyway.
+    body = json.dumps(tree, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return body.encode("ascii"), buffers
 
 
-def _encode(value: Any, buffers: list[Any], allow_pickle: bool) -> Any:
-    kind = type(value)
-    if value is None or kind is bool or kind is str or kind is int:
-        return value
-    if kind is float:
-        return value if math.isfinite(value) else ["f", repr(value)]
-    if kind is dict or kind is list or kind is tuple:
-        return _encode_container(value, buffers, allow_pickle)
-    if isinstance(value, np.ndarray):
-        return _encode_array(np.asarray(value), buffers, allow_pickle)
-    if isinstance(value, np.generic):
-        return _encode_numpy_scalar(value, buffers)
-    if kind is GraphInstance:
-        return ["g", *(_encode_item(part, name, buffers, allow_pickle) for name, part in zip(
-            (".nodes", ".edges", ".edge_links"), value))]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        buffers.append(bytes(value))
-        return ["b", len(buffers) - 1]
-    if isinstance(value, (dict, list, tuple)) and not allow_pickle:
-        # Subclasses (OrderedDict, named tuples) travel as their base container.
-        return _encode_container(value, buffers, allow_pickle)
-    if allow_pickle:
+class _Encoder:
+    def __init__(self, buffers: list[Any], allow_pickle: bool) -> None:
+        self.buffers = buffers
+        self.allow_pickle = allow_pickle
+
+    def add_buffer(self, buffer: Any) -> int:
+        self.buffers.append(buffer)
+        return len(self.buffers) - 1
+
+    def value(self, value: Any, depth: int) -> Any:
+        kind = type(value)
+        if value is None or kind is bool or kind is str:
+            return value
+        if kind is int:
+            return value if _INT64_MIN <= value <= _INT64_MAX else ["i", format(value, "x")]
+        if kind is float and math.isfinite(value):
+            return value
+        if depth >= MAX_DEPTH:
+            raise _Unencodable(f"it is nested deeper than {MAX_DEPTH} levels")
+        if kind is float:
+            return ["f", repr(value)]
+        if kind is dict or kind is list or kind is tuple:
+            return self.container(value, depth)
+        if isinstance(value, np.ndarray):
+            return self.array(np.asarray(value), depth)
+        if isinstance(value, np.generic):
+            return self.numpy_scalar(value)
+        if kind is GraphInstance:
+            return ["g", *(self.item(part, name, depth) for name, part in zip((".nodes", ".edges", ".edge_links"), value))]
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return ["b", self.add_buffer(bytes(value))]
+        if isinstance(value, (dict, list, tuple)) and not self.allow_pickle:
+            # Subclasses (OrderedDict, named tuples) travel as their base container.
+            return self.container(value, depth)
+        return self.pickle(value, f"values of type {kind.__module__}.{kind.__qualname__}")
+
+    def item(self, value: Any, path: str, depth: int) -> Any:
         try:
-            buffers.append(cloudpickle.dumps(value))
+            return self.value(value, depth + 1)
+        except _Unencodable as failure:
+            failure.path.append(path)
+            raise
+
+    def container(self, value: Any, depth: int) -> Any:
+        if isinstance(value, dict):
+            if all(type(key) is str for key in value):
+                return {key: self.item(item, f"[{key!r}]", depth) for key, item in value.items()}
+            tree: list[Any] = ["d"]
+            for key, item in value.items():
+                tree.append(self.item(key, f" (key {key!r})", depth))
+                tree.append(self.item(item, f"[{key!r}]", depth))
+            return tree
+        tag = "l" if isinstance(value, list) else "t"
+        return [tag, *(self.item(item, f"[{index}]", depth) for index, item in enumerate(value))]
+
+    def array(self, array: np.ndarray, depth: int) -> Any:
+        dtype = array.dtype
+        if dtype == np.dtype(object):
+            items = [self.item(item, f"[{index}]", depth) for index, item in enumerate(array.ravel())]
+            return ["o", list(array.shape), items]
+        if not _dtype_travels(dtype):
+            return self.pickle(array, f"numpy arrays of dtype {dtype}")
+        # A flat byte view: a plain buffer for ZeroMQ whatever the dtype (datetime) or shape (zeros).
+        flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        return ["a", dtype.str, list(array.shape), self.add_buffer(flat)]
+
+    def numpy_scalar(self, value: np.generic) -> Any:
+        dtype = value.dtype
+        if dtype.kind == "b":
+            return ["s", dtype.str, bool(value)]
+        if dtype.kind in "iu":
+            return ["s", dtype.str, int(value)]
+        if dtype.kind == "f" and dtype.itemsize <= 8:
+            number = float(value)
+            return ["s", dtype.str, number if math.isfinite(number) else repr(number)]
+        if dtype.kind in "US" and dtype.itemsize == 0:  # an empty string scalar: one NUL unit reads back as ""
+            dtype = np.dtype(f"{dtype.byteorder if dtype.kind == 'U' else '|'}{dtype.kind}1")
+            return ["S", dtype.str, self.add_buffer(bytes(dtype.itemsize))]
+        if not _dtype_travels(dtype):
+            return self.pickle(value, f"numpy scalars of dtype {dtype}")
+        return ["S", dtype.str, self.add_buffer(np.asarray(value).tobytes())]
+
+    def pickle(self, value: Any, description: str) -> Any:
+        if not self.allow_pickle:
+            raise _Unencodable(
+                f"{description} cannot travel without pickle; use None, bool, int, float, str, bytes, list, "
+                "tuple, dict, numpy arrays or numpy scalars, or enable the trusted pickle mode "
+                "(allow_pickle=True) between peers that trust each other"
+            )
+        try:
+            return ["p", self.add_buffer(cloudpickle.dumps(value))]
         except Exception as error:  # pickling can fail in many ways
-            raise _Unencodable(f"cloudpickle failed for {kind.__qualname__}: {error}") from None
-        return ["p", len(buffers) - 1]
-    raise _Unencodable(
-        f"values of type {kind.__module__}.{kind.__qualname__} cannot travel without pickle; "
-        "use None, bool, int, float, str, bytes, list, tuple, dict, numpy arrays or numpy scalars, "
-        "or enable the trusted pickle mode (allow_pickle=True) between peers that trust each other"
-    )
+            raise _Unencodable(f"cloudpickle failed for {type(value).__qualname__}: {error}") from None
 
 
-def _encode_item(value: Any, path: str, buffers: list[Any], allow_pickle: bool) -> Any:
-    try:
-        return _encode(value, buffers, allow_pickle)
-    except _Unencodable as failure:
-        failure.path.append(path)
-        raise
-
-
-def _encode_container(value: Any, buffers: list[Any], allow_pickle: bool) -> Any:
-    if isinstance(value, dict):
-        if all(type(key) is str for key in value):
-            return {key: _encode_item(item, f"[{key!r}]", buffers, allow_pickle) for key, item in value.items()}
-        tree: list[Any] = ["d"]
-        for key, item in value.items():
-            tree.append(_encode_item(key, f" (key {key!r})", buffers, allow_pickle))
-            tree.append(_encode_item(item, f"[{key!r}]", buffers, allow_pickle))
-        return tree
-    tag = "l" if isinstance(value, list) else "t"
-    return [tag, *(_encode_item(item, f"[{index}]", buffers, allow_pickle) for index, item in enumerate(value))]
-
-
-def _encode_array(array: np.ndarray, buffers: list[Any], allow_pickle: bool) -> Any:
-    dtype = array.dtype
-    if dtype == np.dtype(object):
-        items = [_encode_item(item, f"[{index}]", buffers, allow_pickle) for index, item in enumerate(array.ravel())]
-        return ["o", list(array.shape), items]
-    if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.itemsize == 0:
-        if allow_pickle:
-            buffers.append(cloudpickle.dumps(array))
-            return ["p", len(buffers) - 1]
-        raise _Unencodable(f"numpy arrays of dtype {dtype} cannot travel without pickle")
-    buffers.append(np.ascontiguousarray(array))
-    return ["a", dtype.str, list(array.shape), len(buffers) - 1]
-
-
-def _encode_numpy_scalar(value: np.generic, buffers: list[Any]) -> Any:
-    dtype = value.dtype
-    if dtype.kind == "b":
-        return ["s", dtype.str, bool(value)]
-    if dtype.kind in "iu":
-        return ["s", dtype.str, int(value)]
-    if dtype.kind == "f" and dtype.itemsize <= 8:
-        number = float(value)
-        return ["s", dtype.str, number if math.isfinite(number) else repr(number)]
-    if dtype.kind not in _ARRAY_KINDS or dtype.itemsize == 0:
-        raise _Unencodable(f"numpy scalars of dtype {dtype} cannot travel without pickle")
-    buffers.append(np.asarray(value).tobytes())
-    return ["S", dtype.str, len(buffers) - 1]
-
-
+def _dtype_travels(dtype: np.dtype) -> bool:
+    return dtype.kind in _ARRAY_KINDS and dtype.fields is None and dtype.itemsize > 0 and not dtype.hasobject
 # ---------------------------------------------------------------------------------------------------
 # body + buffers -> values
 
@@ -176,7 +193,8 @@ def decode(body: bytes, buffers: Sequence[Any] = (), *, allow_pickle: bool = Fal
         ProtocolError: the body or buffers are malformed, or hold a pickle while ``allow_pickle`` is off.
     """
     try:
-        tree = json.loads(body, parse_constant=_reject_constant)
+        text = bytes(body).decode("utf-8")
+        tree = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
         return _Decoder(buffers, allow_pickle).value(tree, 0)
     except ProtocolError:
         raise
@@ -188,6 +206,13 @@ def _reject_constant(name: str) -> Any:
     raise ProtocolError(f"malformed value: bare {name} is not allowed in a body (use the 'f' tag)")
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ProtocolError(f"malformed value: the number {text[:40]} is out of range (use the 'f' tag)")
+    return number
+
+
 class _Decoder:
     def __init__(self, buffers: Sequence[Any], allow_pickle: bool) -> None:
         self.buffers = buffers
@@ -196,7 +221,8 @@ class _Decoder:
     def buffer(self, index: Any) -> memoryview:
         if type(index) is not int or not 0 <= index < len(self.buffers):
             raise ProtocolError(f"malformed value: buffer index {index!r} (the message has {len(self.buffers)})")
-        return memoryview(self.buffers[index]).cast("B")
+        view = memoryview(self.buffers[index])
+        return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
     def value(self, tree: Any, depth: int) -> Any:
         kind = type(tree)
@@ -249,6 +275,7 @@ class _Decoder:
                 f"malformed value: array of dtype {dtype} and shape {tuple(shape)} needs {expected} bytes, "
                 f"its buffer has {data.nbytes}"
             )
+        _check_unicode(dtype, data)
         return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
 
     def _object_array(self, tree: list, depth: int) -> np.ndarray:
@@ -286,6 +313,7 @@ class _Decoder:
         data = self.buffer(tree[2])
         if data.nbytes != dtype.itemsize:
             raise ProtocolError(f"malformed value: scalar of dtype {dtype} needs {dtype.itemsize} bytes, got {data.nbytes}")
+        _check_unicode(dtype, data)
         return np.frombuffer(data, dtype=dtype)[0]
 
     def _bytes(self, tree: list, depth: int) -> bytes:
@@ -303,7 +331,14 @@ class _Decoder:
                 "the peer sent a pickled value, but pickle is not allowed on this connection "
                 "(it would let the peer run code here); only the trusted mode accepts pickles"
             )
-        return cloudpickle.loads(self.buffer(tree[1]))
+        return _unpickle(self.buffer(tree[1]))
+
+    def _big_int(self, tree: list, depth: int) -> int:
+        _expect_length(tree, 2)
+        digits = tree[1]
+        if type(digits) is not str or not re.fullmatch(r"-?[0-9a-f]+", digits):
+            raise ProtocolError(f"malformed value: 'i' expects lowercase hex digits, got {_preview(digits)}")
+        return int(digits, 16)
 
     _HANDLERS = {
         "l": _list,
@@ -317,6 +352,7 @@ class _Decoder:
         "b": _bytes,
         "g": _graph,
         "p": _pickle,
+        "i": _big_int,
     }
 
 
@@ -337,15 +373,30 @@ def check_dtype(name: Any) -> np.dtype:
     Raises:
         ProtocolError: ``name`` is not a plain numeric, boolean, string or datetime dtype.
     """
-    if type(name) is not str or len(name) > 32:
+    if type(name) is not str or not _DTYPE_PATTERN.fullmatch(name):
         raise ProtocolError(f"malformed value: bad dtype {_preview(name)}")
     try:
         dtype = np.dtype(name)
-    except (TypeError, ValueError):
+    except Exception:  # numpy raises several types for strings it cannot parse
         raise ProtocolError(f"malformed value: unknown dtype {name!r}") from None
-    if dtype.hasobject or dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.itemsize == 0:
+    if not _dtype_travels(dtype):
         raise ProtocolError(f"malformed value: dtype {name!r} is not allowed on the wire")
     return dtype
+
+
+def _check_unicode(dtype: np.dtype, data: memoryview) -> None:
+    """Refuse 'U' data holding code points that are not characters (numpy would fail when reading them)."""
+    if dtype.kind == "U" and data.nbytes:
+        units = np.frombuffer(data, dtype=dtype.byteorder.replace("|", "=") + "u4")
+        if units.max() > 0x10FFFF:
+            raise ProtocolError("malformed value: a unicode array holds a code point beyond U+10FFFF")
+
+
+def _unpickle(data: memoryview) -> Any:
+    try:
+        return cloudpickle.loads(data)
+    except Exception as error:  # a malformed pickle can raise anything
+        raise ProtocolError(f"malformed value: unpickling failed: {type(error).__name__}: {error}") from None
 
 
 def _preview(value: Any) -> str:
@@ -372,7 +423,8 @@ def space_to_value(space: spaces.Space, *, allow_pickle: bool = False) -> Any:
     if isinstance(space, spaces.Box):
         return {"space": "Box", "low": np.asarray(space.low), "high": np.asarray(space.high), "dtype": space.dtype.str}
     if isinstance(space, spaces.Discrete):
-        return {"space": "Discrete", "n": int(space.n), "start": int(space.start)}
+        dtype = np.dtype(getattr(space, "dtype", np.int64))
+        return {"space": "Discrete", "n": int(space.n), "start": int(space.start), "dtype": dtype.str}
     if isinstance(space, spaces.MultiDiscrete):
         return {"space": "MultiDiscrete", "nvec": np.asarray(space.nvec), "start": np.asarray(space.start),
                 "dtype": space.dtype.str}
@@ -430,7 +482,9 @@ def _space_from_value(value: Any, allow_pickle: bool, depth: int) -> spaces.Spac
         return spaces.Box(low=_array_field(value, "low"), high=_array_field(value, "high"),
                           dtype=check_dtype(value["dtype"]))
     if name == "Discrete":
-        return spaces.Discrete(_int_field(value, "n"), start=_int_field(value, "start"))
+        n, start = _int_field(value, "n"), _int_field(value, "start")
+        dtype = check_dtype(value.get("dtype", "<i8"))
+        return spaces.Discrete(n, start=start) if dtype == np.int64 else spaces.Discrete(n, start=start, dtype=dtype)
     if name == "MultiDiscrete":
         return spaces.MultiDiscrete(_array_field(value, "nvec"), dtype=check_dtype(value["dtype"]),
                                     start=_array_field(value, "start"))
@@ -443,7 +497,7 @@ def _space_from_value(value: Any, allow_pickle: bool, depth: int) -> spaces.Spac
         pairs = _list_field(value, "spaces")
         if any(type(pair) is not list or len(pair) != 2 for pair in pairs):
             raise ProtocolError("malformed space description: Dict spaces must be [key, space] pairs")
-        return spaces.Dict({key: sub(item) for key, item in pairs})
+        return spaces.Dict([(key, sub(item)) for key, item in pairs])  # a sequence keeps the key order
     if name == "Tuple":
         return spaces.Tuple([sub(item) for item in _list_field(value, "spaces")])
     if name == "Text":
@@ -465,7 +519,10 @@ def _space_from_value(value: Any, allow_pickle: bool, depth: int) -> spaces.Spac
     if name == "pickle":
         if not allow_pickle:
             raise ProtocolError("the peer sent a pickled space, but pickle is not allowed on this connection")
-        space = cloudpickle.loads(value["data"])
+        data = value["data"]
+        if type(data) is not bytes:
+            raise ProtocolError("malformed space description: pickle data must be bytes")
+        space = _unpickle(memoryview(data))
         if not isinstance(space, spaces.Space):
             raise ProtocolError(f"a pickled space unpickled to {type(space).__name__}, not a Space")
         return space

@@ -93,22 +93,23 @@ class LocalClients:
     def pids(self) -> list[int]:
         return [process.pid for process in self.processes if process is not None]
 
-    def check(self, failures: dict[int, str] | None = None) -> None:
-        """Raise if a client process has exited (with its start-up traceback when it sent one).
+    def exited(self, index: int) -> bool:
+        """Whether client ``index``'s process has ended."""
+        process = self.processes[index]
+        return process is not None and process.poll() is not None
+
+    def check(self) -> None:
+        """Raise if a client process has exited.
 
         Raises:
             ClientLostError: a process is gone.
         """
         for launch, process in zip(self.slots, self.processes, strict=True):
-            if process is None or process.poll() is None:
-                continue
-            detail = ""
-            if failures and launch.index in failures:
-                detail = f"; it reported:\n{failures[launch.index]}"
-            raise ClientLostError(
-                f"local client {launch.index} (pid {process.pid}, env_fns[{launch.first_slot}:"
-                f"{launch.first_slot + launch.count}]) exited with code {process.returncode}{detail}"
-            )
+            if process is not None and process.poll() is not None:
+                raise ClientLostError(
+                    f"local client {launch.index} (pid {process.pid}, env_fns[{launch.first_slot}:"
+                    f"{launch.first_slot + launch.count}]) exited with code {process.returncode}"
+                )
 
     def stop(self, timeout: float = 5.0) -> None:
         """Wait up to ``timeout`` for the processes to exit, then terminate and kill what is left."""

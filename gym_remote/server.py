@@ -21,7 +21,7 @@ import numpy as np
 import zmq
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 
-from gym_remote import codec, protocol
+from gym_remote import codec, protocol, transport
 from gym_remote.errors import (
     ClientLostError,
     ProtocolError,
@@ -67,6 +67,11 @@ class ClientInfo:
     @property
     def count(self) -> int:
         return len(self.slots)
+
+    @property
+    def rows(self) -> slice | np.ndarray:
+        """Indexes the client's rows in a batch array: a slice when its slots are consecutive."""
+        return self.slot_slice if self.slot_slice is not None else self.slot_index
 
     def describe(self) -> str:
         return f"client {self.name!r} (slots {format_slots(self.slots)})"
@@ -122,7 +127,7 @@ class SlotServer:
         self.observation_space: gym.Space | None = None
         self.action_space: gym.Space | None = None
         self.observation_leaves: list[np.ndarray] | None = None
-        self.launch_failures: dict[int, str] = {}
+        self.launch_failures: dict[int, dict[str, Any]] = {}
         self.refusals: list[str] = []
         self.on_first_spaces: Callable[[ClientInfo], None] | None = None
         self.watchdog: Callable[[], None] | None = None
@@ -267,7 +272,7 @@ class SlotServer:
     def send(self, client: ClientInfo, frames: list[Any]) -> None:
         """Send one message to ``client``."""
         try:
-            self.socket.send_multipart([client.identity, *frames], copy=False)
+            transport.send_frames(self.socket, [client.identity, *frames])
         except zmq.ZMQError as error:
             if error.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 self._forget(client, "it is unreachable")
@@ -276,21 +281,15 @@ class SlotServer:
 
     def recv_into(self, targets: Sequence[np.ndarray], what: str) -> None:
         """Receive the next frames of the current message straight into ``targets``."""
-        sock = self.socket
-        for target in targets:
-            if not sock.get(zmq.RCVMORE):
-                raise ProtocolError(f"{what}: message ended before all array frames")
-            received = sock.recv_into(target)
-            if received != target.nbytes:
-                raise ProtocolError(f"{what}: array frame of {received} bytes, expected {target.nbytes}")
+        transport.recv_into(self.socket, targets, what)
 
     def recv_rest(self) -> list[bytes]:
         """The remaining frames of the current message."""
-        frames = []
-        sock = self.socket
-        while sock.get(zmq.RCVMORE):
-            frames.append(sock.recv())
-        return frames
+        return transport.recv_rest(self.socket)
+
+    def has_more(self) -> bool:
+        """Whether the current message has more frames."""
+        return bool(self.socket.get(transport.RCVMORE))
 
     def recv_value(self, client: ClientInfo, header: protocol.Header) -> Any:
         """The value section that ends the current message (None if the header has none)."""
@@ -303,13 +302,19 @@ class SlotServer:
 
     # -- closing -----------------------------------------------------------------------------------
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Send CLOSE to every client, wait up to ``timeout`` for their BYE, and close the socket."""
+    def close(self, timeout: float = 5.0, gone: Callable[[ClientInfo], bool] | None = None) -> None:
+        """Send CLOSE to every client, wait up to ``timeout`` for their BYE, and close the socket.
+
+        ``gone(client)`` tells of clients known to be dead already, which are not waited for.
+        """
         clients = list(self.clients.values())
         waiting = set()
+        seq = self.next_seq()
         for client in clients:
+            if gone is not None and gone(client):
+                continue
             try:
-                self.socket.send_multipart([client.identity, protocol.pack_header(Kind.CLOSE)])
+                self.socket.send_multipart([client.identity, protocol.pack_header(Kind.CLOSE, seq)])
                 waiting.add(client.identity)
             except zmq.ZMQError:
                 pass
@@ -383,16 +388,15 @@ class SlotServer:
         try:
             report = protocol.read_value(self.recv_rest())
             launch = report.get("launch") or {}
-            text = f"{report['type']}: {report['message']}\n{report['traceback']}"
+            text = f"{report['type']}: {report['message']}"
         except (ProtocolError, KeyError, TypeError, AttributeError) as error:
             logger.warning("ignoring a malformed ERROR from an unknown peer: %s", error)
             return
         index = launch.get("index") if isinstance(launch, dict) else None
         record = self.launches.get(index) if type(index) is int else None
         if record is not None and hmac.compare_digest(str(launch.get("token", "")), record.token):
-            self.launch_failures[index] = text
-        else:
-            logger.error("client %r failed before joining: %s", report.get("name"), text)
+            self.launch_failures[index] = report
+        logger.error("client %r failed before joining: %s", str(report.get("name"))[:200], text)
 
     def _on_hello(self, identity: bytes, header: protocol.Header) -> None:
         if identity in self.clients:  # a repeated HELLO: answer as before
@@ -572,9 +576,7 @@ class SlotServer:
         logger.warning("dropping a malformed message from peer %s: %s", identity.hex()[:16], error)
 
     def _drain(self) -> None:
-        sock = self.socket
-        while sock.get(zmq.RCVMORE):
-            sock.recv()
+        transport.drain(self.socket)
 
 
 class _Refusal(Exception):

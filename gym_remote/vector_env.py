@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, concatenate, create_empty_array, iterate
 
 from gym_remote import codec, protocol
-from gym_remote.errors import ClientLostError, ProtocolError
+from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError
 from gym_remote.launch import LocalClients
 from gym_remote.protocol import FLAG_VALUE, Kind
 from gym_remote.server import ClientInfo, SlotServer
@@ -92,7 +92,9 @@ class RemoteVectorEnv(VectorEnv):
         name: str = "gym_remote",
     ) -> None:
         super().__init__()
-        self.closed = True  # until the server is up, so that a failing __init__ closes nothing twice
+        self._workdir: str | None = None
+        self._local: LocalClients | None = None
+        self._server: SlotServer | None = None
         self.copy = copy
         self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
         self.observation_mode = observation_mode
@@ -108,8 +110,15 @@ class RemoteVectorEnv(VectorEnv):
             if num_envs is not None and num_envs != len(env_fns):
                 raise ValueError(f"num_envs={num_envs} does not match len(env_fns)={len(env_fns)}")
             num_envs = len(env_fns)
+            if observation_space is not None or action_space is not None:
+                raise ValueError(
+                    "observation_space and action_space are for the server form (env_fns=None); with env_fns the "
+                    "spaces come from the envs (observation_mode can set a custom batched observation space)"
+                )
         elif num_envs is None or num_envs < 1:
             raise ValueError("RemoteVectorEnv needs env_fns, or num_envs >= 1 for remote clients to join")
+        if (observation_space is None) != (action_space is None):
+            raise ValueError("give both observation_space and action_space, or neither")
         self.num_envs = int(num_envs)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
@@ -128,9 +137,6 @@ class RemoteVectorEnv(VectorEnv):
         self._slot_infos: dict[int, dict] = {}
         self._slot_finals: dict[int, tuple[Any, dict]] = {}
 
-        self._workdir: str | None = None
-        self._local: LocalClients | None = None
-        self._server: SlotServer | None = None
         try:
             if env_fns is not None:
                 self._workdir = tempfile.mkdtemp(prefix="gym-remote-")
@@ -149,10 +155,7 @@ class RemoteVectorEnv(VectorEnv):
                 launches=self._local.slots if self._local is not None else (),
                 name=name,
             )
-            self.closed = False
             self._server.on_first_spaces = self._adopt_first_client
-            if (observation_space is None) != (action_space is None):
-                raise ValueError("give both observation_space and action_space, or neither")
             if observation_space is not None:
                 self._set_spaces(observation_space, action_space)
             if self._local is not None:
@@ -166,10 +169,17 @@ class RemoteVectorEnv(VectorEnv):
     def _start_local_clients(self, allow_pickle: bool | None) -> None:
         server, local = self._server, self._local
         local.start(server.address, allow_pickle=allow_pickle is not False)
-        server.watchdog = lambda: local.check(server.launch_failures)
+        server.watchdog = local.check
         try:
             server.wait_for_slots(self.connect_timeout, what="the local clients")
-        except Exception as error:
+        except ClientLostError as error:
+            if server.launch_failures:
+                index, report = next(iter(server.launch_failures.items()))
+                raise RemoteEnvError(
+                    f"local client {index} could not make its envs: {report.get('type')}: {report.get('message')}",
+                    remote_type=str(report.get("type", "")),
+                    remote_traceback=str(report.get("traceback", "")),
+                ) from None
             if server.refusals:
                 raise RuntimeError(f"a local client was refused: {server.refusals[-1]}") from error
             raise
@@ -335,8 +345,8 @@ class RemoteVectorEnv(VectorEnv):
             leaves = self._action_leaves(actions)
 
             def build(client: ClientInfo, seq: int) -> list[Any]:
-                rows = client.slot_slice if client.slot_slice is not None else client.slot_index
-                return [protocol.pack_header(Kind.STEP, seq, client.count), *(leaf[rows] for leaf in leaves)]
+                rows = client.rows
+                return [protocol.pack_header(Kind.STEP, seq, client.count), *[leaf[rows] for leaf in leaves]]
         else:
             per_env = list(iterate(self._action_space, actions))
             if len(per_env) != self.num_envs:
@@ -390,9 +400,13 @@ class RemoteVectorEnv(VectorEnv):
 
     def close_extras(self, timeout: float = 5.0, **kwargs: Any) -> None:
         """Tell the clients to exit, reap the local client processes and release the endpoint."""
+        local = self._local
         try:
             if self._server is not None:
-                self._server.close(timeout)
+                self._server.close(
+                    timeout, gone=lambda client: local is not None and client.launch_index is not None
+                    and local.exited(client.launch_index)
+                )
         finally:
             if self._local is not None:
                 self._local.stop(timeout)
@@ -468,23 +482,33 @@ class RemoteVectorEnv(VectorEnv):
             raise ProtocolError(f"RESULT for {header.count} envs, the client serves {count}")
         rewards, terminations, truncations = protocol.parse_result_scalars(frame, count)
         server = self._server
-        server.recv_into(client.observation_targets, f"{what} result")
-        extra = server.recv_value(client, header) or {}
-        if not isinstance(extra, dict):
-            raise ProtocolError("the RESULT value section must be a dict")
-        observations = extra.get("obs")
-        if not self._observation_is_array and (not isinstance(observations, list) or len(observations) != count):
-            raise ProtocolError(f"RESULT must carry a list of {count} observations")
-        infos = _checked_list(extra.get("infos"), count, "infos")
-        finals = _checked_list(extra.get("final"), count, "final")
-        rows = client.slot_slice if client.slot_slice is not None else client.slot_index
-        if client.slot_slice is None and self._observation_is_array:
-            for leaf, target in zip(server.observation_leaves, client.observation_targets, strict=True):
-                leaf[rows] = target
+        server.recv_into(client.observation_targets, what)
+        rows = client.rows
         if scalars:
             self._rewards[rows] = rewards
             self._terminations[rows] = terminations
             self._truncations[rows] = truncations
+        if header.flags & FLAG_VALUE:
+            self._read_result_value(client, server.recv_value(client, header))
+        elif server.has_more():
+            raise ProtocolError("RESULT has frames after its observations but no value section")
+        elif not self._observation_is_array:
+            raise ProtocolError("RESULT lacks the value section that carries its observations")
+        if client.slot_slice is None and self._observation_is_array:
+            for leaf, target in zip(server.observation_leaves, client.observation_targets, strict=True):
+                leaf[rows] = target
+        client.steps += 1
+
+    def _read_result_value(self, client: ClientInfo, extra: Any) -> None:
+        """The optional part of a RESULT: observations that are not arrays, infos, final observations."""
+        count = client.count
+        if not isinstance(extra, dict):
+            raise ProtocolError("the RESULT value section must be a dict")
+        observations = _checked_list(extra.get("obs"), count, "obs")
+        if not self._observation_is_array and observations is None:
+            raise ProtocolError(f"RESULT must carry a list of {count} observations")
+        infos = _checked_list(extra.get("infos"), count, "infos")
+        finals = _checked_list(extra.get("final"), count, "final")
         for index, slot in enumerate(client.slots):
             if observations is not None:
                 self._env_obs[slot] = observations[index]
@@ -497,7 +521,6 @@ class RemoteVectorEnv(VectorEnv):
                 if not isinstance(final, tuple) or len(final) != 2 or not isinstance(final[1], dict):
                     raise ProtocolError(f"final of env {index} must be a (final_obs, final_info) pair")
                 self._slot_finals[slot] = final
-        client.steps += 1
 
     def _collect_infos(self) -> dict[str, Any]:
         """Batch the per-slot infos with ``_add_info`` in slot order, as ``SyncVectorEnv`` does."""

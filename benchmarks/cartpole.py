@@ -1,0 +1,65 @@
+"""CartPole-v1 steps per second: SyncVectorEnv, AsyncVectorEnv and RemoteVectorEnv, in one run.
+
+    python benchmarks/cartpole.py [--num-envs 8] [--steps 4000] [--repeats 5]
+
+Each vector env is measured ``--repeats`` times, interleaved with the others (absolute speeds drift
+on shared machines; ratios measured side by side hold), after a warm-up; the table shows medians
+and the ratio of each to AsyncVectorEnv. The full suite of cases lives in this folder's other scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from gym_remote import RemoteVectorEnv
+
+
+def steps_per_second(envs: gym.vector.VectorEnv, steps: int, warmup: int = 200) -> float:
+    envs.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, 2, size=(steps + warmup, envs.num_envs))
+    for action in actions[:warmup]:
+        envs.step(action)
+    started = time.perf_counter()
+    for action in actions[warmup:]:
+        envs.step(action)
+    return steps * envs.num_envs / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    env_fns = [lambda: gym.make("CartPole-v1") for _ in range(args.num_envs)]
+    candidates = {
+        "SyncVectorEnv": lambda: gym.vector.SyncVectorEnv(env_fns),
+        "AsyncVectorEnv": lambda: gym.vector.AsyncVectorEnv(env_fns, shared_memory=True),
+        "Remote, 1 client (ipc)": lambda: RemoteVectorEnv(env_fns, num_clients=1),
+        "Remote, 2 clients (ipc)": lambda: RemoteVectorEnv(env_fns, num_clients=2),
+        "Remote, 2 clients (tcp)": lambda: RemoteVectorEnv(env_fns, num_clients=2, bind="tcp://127.0.0.1:*"),
+        f"Remote, {args.num_envs} clients (ipc)": lambda: RemoteVectorEnv(env_fns, num_clients=args.num_envs),
+    }
+    results: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(args.repeats):
+        for name, make in candidates.items():
+            envs = make()
+            try:
+                results[name].append(steps_per_second(envs, args.steps))
+            finally:
+                envs.close()
+    medians = {name: statistics.median(values) for name, values in results.items()}
+    baseline = medians["AsyncVectorEnv"]
+    print(f"CartPole-v1, {args.num_envs} envs, median of {args.repeats} runs of {args.steps} steps")
+    print(f"{'vector env':28s} {'steps/s':>10s} {'x Async':>8s}")
+    for name, median in medians.items():
+        print(f"{name:28s} {median:10,.0f} {median / baseline:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

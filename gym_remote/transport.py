@@ -1,0 +1,62 @@
+"""Socket helpers shared by the server and the client: lean multipart sends and receives.
+
+These sit on the step path, so they avoid pyzmq's conveniences that cost microseconds per frame
+(enum flag arithmetic in ``send_multipart``, Frame objects for small zero-copy sends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import zmq
+
+from gym_remote.errors import ProtocolError
+
+__all__ = ["send_frames", "recv_into", "recv_rest", "drain", "ZERO_COPY_BYTES"]
+
+SNDMORE = int(zmq.SNDMORE)
+RCVMORE = int(zmq.RCVMORE)
+
+ZERO_COPY_BYTES = 1 << 16
+"""Arrays at least this large are sent without copying; smaller frames are cheaper to copy."""
+
+
+def send_frames(sock: zmq.Socket, frames: Sequence[Any]) -> None:
+    """Send ``frames`` as one multipart message."""
+    send = sock.send
+    last = len(frames) - 1
+    for position, frame in enumerate(frames):
+        zero_copy = type(frame) is np.ndarray and frame.nbytes >= ZERO_COPY_BYTES
+        send(frame, SNDMORE if position < last else 0, copy=not zero_copy)
+
+
+def recv_into(sock: zmq.Socket, targets: Sequence[np.ndarray], what: str) -> None:
+    """Receive the next frames of the current message straight into the arrays ``targets``.
+
+    Raises:
+        ProtocolError: the message ended early, or a frame's size differs from its target's.
+    """
+    get = sock.get
+    receive = sock.recv_into
+    for target in targets:
+        if not get(RCVMORE):
+            raise ProtocolError(f"{what}: the message ended before all its array frames")
+        received = receive(target)
+        if received != target.nbytes:
+            raise ProtocolError(f"{what}: an array frame of {received} bytes, expected {target.nbytes}")
+
+
+def recv_rest(sock: zmq.Socket) -> list[bytes]:
+    """The remaining frames of the current message."""
+    frames = []
+    while sock.get(RCVMORE):
+        frames.append(sock.recv())
+    return frames
+
+
+def drain(sock: zmq.Socket) -> None:
+    """Discard the remaining frames of the current message."""
+    while sock.get(RCVMORE):
+        sock.recv()

@@ -1,0 +1,301 @@
+"""The ``gym-remote`` command line (and ``python -m gym_remote``), run as real processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gym_remote import RemoteVectorEnv, __version__
+
+GYM_REMOTE = str(Path(sys.executable).with_name("gym-remote"))
+SUBCOMMANDS = ("client", "demo", "serve")
+FLAGS = {
+    "client": ["ADDRESS", "--env", "--factory", "--num-envs", "--env-kwargs", "--name", "--connect-timeout",
+               "--allow-pickle"],
+    "demo": ["--env", "--factory", "--num-envs", "--env-kwargs", "--steps", "--seed", "--autoreset-mode",
+             "--no-progress", "--num-clients", "--bind"],
+    "serve": ["--bind", "--num-envs", "--connect-timeout", "--steps", "--seed", "--autoreset-mode", "--no-progress"],
+}
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def free_tcp_address() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class Run:
+    """A command-line process (started through the reaper) with its output in files."""
+
+    def __init__(self, reaper, tmp_path: Path, name: str, command: list[str]):
+        self.name = name
+        self.stdout_path, self.stderr_path = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
+            self.process = reaper.popen(command, stdout=out, stderr=err)
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} still running after {timeout} s\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+            ) from None
+
+    def __str__(self) -> str:
+        return f"{self.name}: exit {self.process.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+@pytest.fixture
+def run(reaper, tmp_path):
+    """``run(*args, via=...)`` starts the command line with ``args``; waits with ``.wait(timeout)``."""
+    counter = iter(range(1000))
+
+    def start(*args: str, via: str = "module", name: str | None = None) -> Run:
+        prefix = [GYM_REMOTE] if via == "script" else [sys.executable, "-m", "gym_remote"]
+        return Run(reaper, tmp_path, name or f"run{next(counter)}", [*prefix, *args])
+
+    return start
+
+
+def finished(run_fixture, *args: str, timeout: float = 60, via: str = "module") -> Run:
+    process = run_fixture(*args, via=via)
+    process.wait(timeout)
+    return process
+
+
+# -- help, version, usage errors -------------------------------------------------------------------
+
+
+def test_console_script_is_installed():
+    assert Path(GYM_REMOTE).exists(), GYM_REMOTE
+
+
+@pytest.mark.parametrize("via", ["script", "module"])
+def test_top_level_help_lists_the_subcommands(run, via):
+    result = finished(run, "--help", via=via)
+    assert result.process.returncode == 0, result
+    assert result.stdout.startswith("usage: gym-remote"), result
+    for command in SUBCOMMANDS:
+        assert re.search(rf"^\s+{command}\s", result.stdout, re.MULTILINE), (command, result.stdout)
+    assert "--log-level" in result.stdout and "--version" in result.stdout
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_subcommand_help_lists_its_flags(run, command):
+    result = finished(run, command, "--help", via="script")
+    assert result.process.returncode == 0, result
+    assert result.stdout.startswith(f"usage: gym-remote {command}"), result
+    for flag in FLAGS[command]:
+        assert flag in result.stdout, (flag, result.stdout)
+
+
+def test_module_and_console_script_agree(run):
+    for args in (["--help"], ["serve", "--help"], ["--version"]):
+        script, module = finished(run, *args, via="script"), finished(run, *args, via="module")
+        assert script.process.returncode == module.process.returncode == 0
+        assert script.stdout == module.stdout, args
+    assert module.stdout.strip() == f"gym-remote {__version__}"
+    script, module = finished(run, "demo", "--num-envs", "0", via="script"), finished(run, "demo", "--num-envs", "0")
+    assert script.process.returncode == module.process.returncode == 2
+    assert script.stderr == module.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["no-such-command"],
+        ["client"],  # no ADDRESS
+        ["client", "tcp://127.0.0.1:1"],  # neither --env nor --factory
+        ["client", "tcp://127.0.0.1:1", "--env", "CartPole-v1", "--factory", "tests.factories:make_cartpole"],
+        ["client", "tcp://127.0.0.1:1", "--env", "CartPole-v1", "--connect-timeout", "0"],
+        ["demo", "--num-envs", "0"],
+        ["demo", "--steps", "many"],
+        ["demo", "--env-kwargs", "not json"],
+        ["demo", "--env-kwargs", "[1, 2]"],
+        ["demo", "--autoreset-mode", "Sometimes"],
+        ["serve", "--no-such-flag"],
+        ["--log-level", "LOUD", "demo"],
+    ],
+)
+def test_bad_usage_exits_2(run, args):
+    result = finished(run, *args, via="script")
+    assert result.process.returncode == 2, result
+    assert "usage: gym-remote" in result.stderr, result
+    assert "error:" in result.stderr, result
+    assert "Traceback" not in result.stderr, result
+
+
+# -- --factory and --env-kwargs ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("factory", "expected"),
+    [
+        ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
+        ("tests.factories:no_such_factory", "has no attribute 'no_such_factory'"),
+        ("tests.factories:NOT_CALLABLE", "is not callable"),
+        ("tests.factories", "module:function"),
+    ],
+)
+@pytest.mark.parametrize("command", ["client", "demo"])
+def test_bad_factory_exits_nonzero_with_a_clear_message(run, command, factory, expected):
+    args = ["client", free_tcp_address()] if command == "client" else ["demo", "--no-progress", "--steps", "10"]
+    result = finished(run, *args, "--factory", factory, "--num-envs", "2", timeout=30)
+    assert result.process.returncode not in (0, None), result
+    assert expected in result.stderr, result
+    assert "Traceback" not in result.stderr, result
+
+
+def test_client_factory_receives_env_kwargs(run):
+    envs = RemoteVectorEnv(num_envs=3, connect_timeout=30)
+    try:
+        client = run("client", envs.address, "--factory", "tests.factories:make_tagged", "--num-envs", "3",
+                     "--env-kwargs", '{"tag": "hello-kwargs", "max_episode_steps": 7}', "--connect-timeout", "30")
+        envs.reset(seed=0)
+        assert envs.get_attr("tag") == ("hello-kwargs",) * 3
+        assert envs.get_attr("env_kwargs") == ({"max_episode_steps": 7},) * 3
+        assert envs.get_attr("_max_episode_steps") == (7,) * 3  # reached gym.make's TimeLimit
+        for _ in range(20):
+            envs.step(envs.action_space.sample())
+    finally:
+        envs.close()
+    assert client.wait(10) == 0, client
+
+
+def test_client_env_kwargs_reach_gym_make(run):
+    envs = RemoteVectorEnv(num_envs=2, connect_timeout=30)
+    try:
+        client = run("client", envs.address, "--env", "CartPole-v1", "--num-envs", "2",
+                     "--env-kwargs", '{"max_episode_steps": 5}', "--connect-timeout", "30")
+        envs.reset(seed=0)
+        assert envs.get_attr("_max_episode_steps") == (5, 5)
+        ended = [False, False]
+        for _ in range(5):
+            _, _, terminations, truncations, _ = envs.step(envs.action_space.sample())
+            ended = [a or bool(b) for a, b in zip(ended, terminations | truncations, strict=True)]
+        assert all(ended), "every CartPole episode must end within max_episode_steps=5"
+    finally:
+        envs.close()
+    assert client.wait(10) == 0, client
+
+
+def test_demo_with_factory_and_env_kwargs(run):
+    result = finished(run, "demo", "--factory", "tests.factories:make_cartpole", "--env-kwargs",
+                      '{"max_episode_steps": 10}', "--num-envs", "2", "--num-clients", "1", "--steps", "400",
+                      "--no-progress", timeout=60)
+    assert result.process.returncode == 0, result
+    match = re.search(r"(\d+) episodes: mean return ([\d.]+), mean length ([\d.]+)", result.stdout)
+    assert match, result
+    # 200 iterations of 2 envs; an episode lasts at most 10 steps (+1 autoreset step)
+    assert int(match.group(1)) >= 2 * (200 // 11)
+    assert float(match.group(3)) <= 10.0
+
+
+# -- demo, serve, client -----------------------------------------------------------------------------
+
+
+def test_demo_reports_speed_and_episodes(run):
+    result = finished(run, "demo", "--steps", "2000", "--num-envs", "4", "--no-progress", via="script", timeout=90)
+    assert result.process.returncode == 0, result
+    assert re.search(r"^2000 steps in [\d.]+ s: [\d,]+ steps/s$", result.stdout, re.MULTILINE), result
+    match = re.search(r"^(\d+) episodes: mean return ([\d.]+), mean length ([\d.]+)$", result.stdout, re.MULTILINE)
+    assert match, result
+    episodes, mean_return, mean_length = int(match.group(1)), float(match.group(2)), float(match.group(3))
+    assert episodes > 0
+    assert 5 < mean_length < 200 and abs(mean_return - mean_length) < 0.1  # CartPole: reward 1 per step
+    assert "rollout" not in result.stderr  # --no-progress: no progress bar
+
+
+def test_serve_with_two_clients_started_afterwards(run):
+    address = free_tcp_address()
+    server = run("serve", "--bind", address, "--num-envs", "4", "--steps", "2000", "--no-progress",
+                 "--connect-timeout", "60", via="script", name="serve")
+    wait_until(lambda: "listening on" in server.stdout or server.process.poll() is not None, 30,
+               "the server to listen")
+    assert server.process.poll() is None, server
+    assert address in server.stdout
+    clients = [run("client", address, "--env", "CartPole-v1", "--num-envs", "2", "--connect-timeout", "30",
+                   via="script", name=f"client{index}") for index in range(2)]
+    assert server.wait(90) == 0, server
+    for client in clients:
+        assert client.wait(10) == 0, client
+    assert re.search(r"^2000 steps in [\d.]+ s: [\d,]+ steps/s$", server.stdout, re.MULTILINE), server
+    assert re.search(r"^\d+ episodes: mean return", server.stdout, re.MULTILINE), server
+
+
+def test_serve_times_out_without_clients(run):
+    result = finished(run, "serve", "--bind", free_tcp_address(), "--num-envs", "2", "--steps", "10",
+                      "--no-progress", "--connect-timeout", "1", timeout=30)
+    assert result.process.returncode == 1, result
+    assert "timed out" in result.stderr, result
+    assert "Traceback" not in result.stderr, result
+
+
+def test_client_without_a_server_times_out(run):
+    address = free_tcp_address()
+    started = time.monotonic()
+    result = finished(run, "client", address, "--env", "CartPole-v1", "--connect-timeout", "1", via="script",
+                      timeout=30)
+    elapsed = time.monotonic() - started
+    assert result.process.returncode == 1, result
+    assert "no answer" in result.stderr and "within 1 s" in result.stderr, result
+    assert address in result.stderr, result
+    assert "Traceback" not in result.stderr, result
+    assert elapsed < 15, f"took {elapsed:.1f} s with --connect-timeout 1"
+
+
+def test_client_interrupted_exits_130(run):
+    client = run("--log-level", "INFO", "client", free_tcp_address(), "--env", "CartPole-v1", "--connect-timeout",
+                 "60", via="script")
+    wait_until(lambda: "connecting to" in client.stderr or client.process.poll() is not None, 30,
+               "the client to send HELLO")
+    os.kill(client.process.pid, signal.SIGINT)
+    assert client.wait(10) == 130, client
+    assert "interrupted" in client.stderr, client
+
+
+def test_client_refused_for_its_spaces_exits_1(run):
+    envs = RemoteVectorEnv(num_envs=2, connect_timeout=30)
+    try:
+        good = run("client", envs.address, "--env", "CartPole-v1", "--num-envs", "2", "--connect-timeout", "30")
+        envs.reset(seed=0)
+        bad = run("client", envs.address, "--env", "MountainCar-v0", "--connect-timeout", "30")
+        deadline = time.monotonic() + 30
+        while bad.process.poll() is None:  # step, so that the server answers the late HELLO
+            assert time.monotonic() < deadline, bad
+            envs.step(envs.action_space.sample())
+        assert bad.process.returncode == 1, bad
+        assert "refused" in bad.stderr and "observation space" in bad.stderr, bad
+    finally:
+        envs.close()
+    assert good.wait(10) == 0, good
+

@@ -1,0 +1,372 @@
+"""Lifecycle of the local client processes that ``RemoteVectorEnv(env_fns)`` starts itself.
+
+Start-up (contiguous shares, the default number of clients, start-up failures), failures while
+running (an env raising, a client process killed), and the end: close(), and a training process that
+dies or is interrupted without closing, whose clients must not outlive it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.error import ClosedEnvironmentError
+
+from gym_remote import ClientLostError, RemoteEnvError, RemoteVectorEnv
+from gym_remote.launch import split_evenly
+
+from tests.conftest import pid_alive
+from tests.factories import (
+    make_broken,
+    make_cartpole,
+    make_indexed,
+    make_mountaincar,
+    make_staller,
+    make_step_failer,
+)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def process_gone(pid: int) -> bool:
+    """Neither running nor a zombie."""
+    return not pid_alive(pid)
+
+
+def reaped(pid: int) -> bool:
+    """No trace of the process left (it has exited and its parent collected it)."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def child_pids() -> set[int]:
+    """Pids of this process's children (running or zombie)."""
+    children = set()
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if fields[1] == me:
+            children.add(int(entry))
+    return children
+
+
+def is_local_client(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return b"gym_remote.launch" in file.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def kill_leftover_clients(pids: list[int]) -> None:
+    """SIGKILL (by pid) any of ``pids`` that is still a running local client: a failed test leaves nothing behind."""
+    for pid in pids:
+        if pid_alive(pid) and is_local_client(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+# -- start-up --------------------------------------------------------------------------------------
+
+
+def test_default_num_clients_and_contiguous_shares():
+    count = 3
+    envs = RemoteVectorEnv([functools.partial(make_indexed, index) for index in range(count)], connect_timeout=30)
+    try:
+        expected_clients = min(os.cpu_count() or 1, count)
+        assert len(envs._local.pids) == expected_clients
+        assert envs.num_clients == expected_clients
+        assert envs.get_attr("index") == tuple(range(count))
+        pids = envs.get_attr("pid")
+        for (first, share), pid in zip(split_evenly(count, expected_clients), envs._local.pids, strict=True):
+            assert pids[first : first + share] == (pid,) * share, pids
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize(("count", "num_clients"), [(5, 2), (4, 4), (3, 1)])
+def test_env_fns_i_serves_slot_i(count, num_clients):
+    envs = RemoteVectorEnv([functools.partial(make_indexed, index) for index in range(count)],
+                           num_clients=num_clients, connect_timeout=30)
+    try:
+        assert envs.num_clients == num_clients
+        assert envs.get_attr("index") == tuple(range(count))
+        pids = envs.get_attr("pid")
+        client_pids = envs._local.pids
+        assert len(set(client_pids)) == num_clients
+        # each client serves one run of consecutive slots, in launch order, the larger shares first
+        runs = [pids[0]]
+        for pid in pids[1:]:
+            if pid != runs[-1]:
+                runs.append(pid)
+        assert runs == client_pids, pids
+        shares = [pids.count(pid) for pid in client_pids]
+        assert shares == sorted(shares, reverse=True) and max(shares) - min(shares) <= 1, shares
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (count, 4)
+    finally:
+        envs.close()
+
+
+def test_env_fn_raising_at_construction_fails_fast_with_its_traceback():
+    before = child_pids()
+    started = time.monotonic()
+    with pytest.raises(Exception) as caught:
+        RemoteVectorEnv([make_cartpole, functools.partial(make_broken, "the-env-would-not-build-42")],
+                        num_clients=2, connect_timeout=60)
+    elapsed = time.monotonic() - started
+    text = str(caught.value)
+    assert "the-env-would-not-build-42" in text, text
+    assert "RuntimeError" in text, text
+    assert "Traceback" in text and "make_broken" in text, text  # the client's traceback
+    assert elapsed < 20, f"took {elapsed:.1f} s (connect_timeout=60)"
+    # nothing is left running, and nothing is left unreaped
+    left = {pid for pid in child_pids() - before if is_local_client(pid) or not reaped(pid)}
+    assert not left, f"child processes left behind: {left}"
+
+
+def test_every_env_fn_raising_at_construction():
+    started = time.monotonic()
+    with pytest.raises(Exception, match="all-broken-7"):
+        RemoteVectorEnv([functools.partial(make_broken, "all-broken-7")] * 3, connect_timeout=60)
+    assert time.monotonic() - started < 20
+
+
+def test_local_clients_with_different_spaces_are_refused():
+    started = time.monotonic()
+    with pytest.raises(Exception) as caught:
+        RemoteVectorEnv([make_cartpole, make_mountaincar], num_clients=2, connect_timeout=60)
+    text = str(caught.value)
+    assert "refused" in text and "space" in text, text
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize("num_clients", [0, 3, -1])
+def test_num_clients_out_of_range(num_clients):
+    with pytest.raises(ValueError, match="num_clients"):
+        RemoteVectorEnv([make_cartpole] * 2, num_clients=num_clients)
+
+
+# -- failures while running ------------------------------------------------------------------------
+
+
+def test_env_raising_in_step_names_the_slot_and_reset_recovers():
+    env_fns = [functools.partial(make_step_failer, index, None) for index in range(3)]
+    env_fns.append(functools.partial(make_step_failer, 3, 3))  # slot 3 raises on its 3rd step after a reset
+    envs = RemoteVectorEnv(env_fns, num_clients=2, connect_timeout=30)
+    try:
+        for attempt in range(2):
+            envs.reset(seed=attempt)
+            envs.step(np.zeros(4, dtype=np.int64))
+            envs.step(np.ones(4, dtype=np.int64))
+            with pytest.raises(RemoteEnvError) as caught:
+                envs.step(np.zeros(4, dtype=np.int64))
+            error = caught.value
+            assert error.slot == 3
+            assert "slot 3" in str(error), str(error)
+            assert error.remote_type == "ValueError"
+            assert "deliberate step failure in env 3 at step 3" in str(error)
+            assert "Traceback" in error.remote_traceback
+            assert "deliberate step failure in env 3" in error.remote_traceback
+            assert "factories.py" in error.remote_traceback  # where it was raised, in the client
+            assert error.remote_traceback.strip() in str(error)
+        # after the error, reset() brings the vector back into working order
+        obs, _ = envs.reset(seed=11)
+        assert obs.shape == (4, 4)
+        obs, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))
+        assert rewards.shape == (4,)
+        assert envs.get_attr("index") == (0, 1, 2, 3)
+    finally:
+        envs.close()
+
+
+def test_client_killed_during_step_raises_client_lost_quickly(tmp_path):
+    marker = tmp_path / "stalling"
+    env_fns = [make_cartpole, make_cartpole, make_cartpole, functools.partial(make_staller, str(marker), 60.0)]
+    envs = RemoteVectorEnv(env_fns, num_clients=2, timeout=120, connect_timeout=30)
+    victim = envs._local.pids[1]  # serves slots 2-3, including the stalling env
+    try:
+        envs.reset(seed=0)
+        killed = threading.Event()
+
+        def kill_when_stalling() -> None:
+            deadline = time.monotonic() + 30
+            while not marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if marker.exists():
+                os.kill(victim, signal.SIGKILL)
+                killed.set()
+
+        killer = threading.Thread(target=kill_when_stalling, daemon=True)
+        killer.start()
+        started = time.monotonic()
+        with pytest.raises(ClientLostError) as caught:
+            envs.step(np.zeros(4, dtype=np.int64))
+        elapsed = time.monotonic() - started
+        killer.join(5)
+        assert killed.is_set()
+        assert isinstance(caught.value, ConnectionError)
+        message = str(caught.value)
+        assert str(victim) in message or "local client 1" in message or "local-1" in message, message
+        assert elapsed < 15, f"step() took {elapsed:.1f} s to notice (timeout=120)"
+    finally:
+        envs.close()
+        kill_leftover_clients([victim])
+    for pid in envs._local.pids:
+        assert reaped(pid), f"client {pid} not reaped after close()"
+
+
+# -- closing ---------------------------------------------------------------------------------------
+
+
+def test_close_ends_and_reaps_every_client():
+    before = child_pids()
+    envs = RemoteVectorEnv([make_cartpole] * 4, num_clients=3, connect_timeout=30)
+    pids = list(envs._local.pids)
+    try:
+        assert len(pids) == 3
+        assert all(pid_alive(pid) for pid in pids)
+        envs.reset(seed=0)
+        for _ in range(20):
+            envs.step(envs.action_space.sample())
+        started = time.monotonic()
+        envs.close()
+        assert time.monotonic() - started < 10
+        for pid in pids:
+            assert process_gone(pid), f"client {pid} still running after close()"
+            assert reaped(pid), f"client {pid} left as a zombie after close()"
+        assert not (child_pids() - before), "child processes left after close()"
+    finally:
+        envs.close()
+        kill_leftover_clients(pids)
+
+
+def test_closed_env_cannot_be_used_and_close_twice_is_fine():
+    envs = RemoteVectorEnv([make_cartpole] * 2, num_clients=1, connect_timeout=30)
+    envs.reset(seed=0)
+    envs.close()
+    assert envs.closed
+    envs.close()  # a second close does nothing
+    with pytest.raises(ClosedEnvironmentError):
+        envs.reset(seed=0)
+    with pytest.raises(ClosedEnvironmentError):
+        envs.step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(ClosedEnvironmentError):
+        envs.get_attr("np_random_seed")
+    with pytest.raises(ClosedEnvironmentError):
+        envs.call("render")
+    with pytest.raises(ClosedEnvironmentError):
+        envs.set_attr("foo", 1)
+
+
+def test_close_of_server_form_before_any_client():
+    envs = RemoteVectorEnv(num_envs=2, connect_timeout=1)
+    started = time.monotonic()
+    envs.close()
+    envs.close()
+    assert time.monotonic() - started < 5
+    with pytest.raises(ClosedEnvironmentError):
+        envs.reset()
+
+
+# -- the training process dies or is interrupted ---------------------------------------------------
+
+TRAINING_SCRIPT = """
+import json, sys, time
+import numpy as np
+from gym_remote import RemoteVectorEnv
+from tests.factories import make_cartpole
+
+mode = sys.argv[1]
+envs = RemoteVectorEnv([make_cartpole] * 3, num_clients=2, connect_timeout=30)
+envs.reset(seed=0)
+print(json.dumps(envs._local.pids), flush=True)
+if mode == "raise":
+    raise RuntimeError("the training script crashed")
+if mode == "step":
+    while True:
+        envs.step(np.zeros(3, dtype=np.int64))
+time.sleep(600)
+"""
+
+
+def start_training(reaper, tmp_path: Path, mode: str):
+    script = tmp_path / "train.py"
+    script.write_text(TRAINING_SCRIPT)
+    out_path, err_path = tmp_path / "train.out", tmp_path / "train.err"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        process = reaper.popen([sys.executable, str(script), mode], stdout=out, stderr=err)
+    pids: list[int] = []
+
+    def pids_printed() -> bool:
+        line = out_path.read_text().strip()
+        if line:
+            pids.extend(json.loads(line.splitlines()[0]))
+            return True
+        assert process.poll() is None, f"training script exited early:\n{err_path.read_text()}"
+        return False
+
+    wait_until(pids_printed, 60, "the training script to print its client pids")
+    assert len(pids) == 2 and all(pid_alive(pid) for pid in pids), pids
+    return process, pids, err_path
+
+
+def assert_clients_exit(pids: list[int], timeout: float = 10.0) -> None:
+    try:
+        wait_until(lambda: not any(pid_alive(pid) for pid in pids), timeout,
+                   f"the clients {pids} to exit after their training process ended")
+    finally:
+        kill_leftover_clients(pids)
+
+
+@pytest.mark.parametrize("mode", ["sleep", "step"])
+def test_clients_exit_when_the_training_process_is_killed(reaper, tmp_path, mode):
+    process, pids, _ = start_training(reaper, tmp_path, mode)
+    os.kill(process.pid, signal.SIGKILL)
+    assert process.wait(timeout=10) == -signal.SIGKILL
+    assert_clients_exit(pids)
+
+
+def test_clients_exit_when_the_training_script_raises(reaper, tmp_path):
+    process, pids, err_path = start_training(reaper, tmp_path, "raise")
+    assert process.wait(timeout=20) == 1
+    assert "the training script crashed" in err_path.read_text()
+    assert_clients_exit(pids)
+
+
+@pytest.mark.parametrize("mode", ["sleep", "step"])
+def test_clients_exit_when_the_training_process_is_interrupted(reaper, tmp_path, mode):
+    process, pids, err_path = start_training(reaper, tmp_path, mode)
+    os.kill(process.pid, signal.SIGINT)
+    try:
+        code = process.wait(timeout=20)
+    except Exception:
+        raise AssertionError(f"the training script ignored SIGINT:\n{err_path.read_text()}") from None
+    assert code != 0
+    assert "KeyboardInterrupt" in err_path.read_text()
+    assert_clients_exit(pids)
