@@ -1,0 +1,50 @@
+"""Gymnasium's vector wrappers on a RemoteVectorEnv give what they give on a SyncVectorEnv."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers import vector as vector_wrappers
+
+from gym_remote import RemoteVectorEnv
+
+
+def make_cartpole():
+    return gym.make("CartPole-v1", max_episode_steps=60)
+
+
+def wrap(envs: gym.vector.VectorEnv) -> tuple[gym.vector.VectorEnv, vector_wrappers.RecordEpisodeStatistics]:
+    recorder = vector_wrappers.RecordEpisodeStatistics(envs)
+    envs = vector_wrappers.NormalizeObservation(recorder)
+    envs = vector_wrappers.NormalizeReward(envs)
+    return vector_wrappers.TransformReward(envs, lambda rewards: 2.0 * rewards), recorder
+
+
+@pytest.mark.parametrize("num_clients", [1, 3])
+def test_wrapped_remote_matches_wrapped_sync(num_clients):
+    env_fns = [make_cartpole for _ in range(6)]
+    sync, sync_recorder = wrap(gym.vector.SyncVectorEnv(env_fns))
+    remote, remote_recorder = wrap(RemoteVectorEnv(env_fns, num_clients=num_clients))
+    try:
+        assert remote.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+        assert remote.observation_space == sync.observation_space
+        assert data_equivalence(remote.reset(seed=7), sync.reset(seed=7), exact=True)
+        rng = np.random.default_rng(7)
+        episodes = 0
+        for step in range(300):
+            actions = rng.integers(0, 2, size=6)
+            got, expected = remote.step(actions), sync.step(actions)
+            for infos in (got[4], expected[4]):  # the episode's wall-clock time differs, naturally
+                infos.get("episode", {}).pop("t", None)
+            assert data_equivalence(got, expected, exact=True), f"step {step}: {got} != {expected}"
+            episodes += int(np.sum(got[2] | got[3]))
+        assert episodes > 6  # both kinds of episode end happened: falls and the 60-step limit
+        assert len(remote_recorder.return_queue) == episodes
+        assert list(remote_recorder.return_queue) == list(sync_recorder.return_queue)
+        assert list(remote_recorder.length_queue) == list(sync_recorder.length_queue)
+    finally:
+        remote.close()
+        sync.close()
