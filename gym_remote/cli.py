@@ -40,37 +40,64 @@ def build_parser() -> argparse.ArgumentParser:
         description="Gymnasium vector envs whose environments run in ZeroMQ clients, local or remote.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--log-level", default="WARNING", type=str.upper,
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity (default: %(default)s)")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log verbosity (default: %(default)s)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    client = commands.add_parser("client", help="serve envs to a RemoteVectorEnv until it closes",
-                                 description="Serve envs to the RemoteVectorEnv listening at ADDRESS until it closes.")
+    client = commands.add_parser(
+        "client",
+        help="serve envs to a RemoteVectorEnv until it closes",
+        description="Serve envs to the RemoteVectorEnv listening at ADDRESS until it closes.",
+    )
     client.add_argument("address", metavar="ADDRESS", help="the server's endpoint, e.g. tcp://10.0.0.5:5555")
     _add_env_arguments(client, default_env=None, default_num_envs=1)
     client.add_argument("--name", help="this client's name in logs (default: host:pid)")
-    client.add_argument("--connect-timeout", type=_seconds, default=120.0, metavar="SECONDS",
-                        help="how long to wait for the server to answer; 'inf' waits forever (default: %(default)s)")
-    client.add_argument("--allow-pickle", action="store_true",
-                        help="trusted mode: exchange pickles with the server (only with a server you trust)")
+    client.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long to wait for the server to answer; 'inf' waits forever (default: %(default)s)",
+    )
+    client.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="trusted mode: exchange pickles with the server (only with a server you trust)",
+    )
     client.set_defaults(handler=_run_client)
 
-    demo = commands.add_parser("demo", help="a rollout through local client processes, with statistics",
-                               description="Run a random-action rollout through local client processes and report "
-                                           "steps per second and episode statistics.")
+    demo = commands.add_parser(
+        "demo",
+        help="a rollout through local client processes, with statistics",
+        description="Run a random-action rollout through local client processes and report "
+        "steps per second and episode statistics.",
+    )
     _add_env_arguments(demo, default_env="CartPole-v1", default_num_envs=8)
     _add_rollout_arguments(demo)
     demo.add_argument("--num-clients", type=_positive_int, help="client processes (default: the CPU count)")
     demo.add_argument("--bind", help="endpoint for the local clients (default: a private ipc:// path)")
     demo.set_defaults(handler=_run_demo)
 
-    serve = commands.add_parser("serve", help="a rollout on a server that remote clients join",
-                                description="Listen for remote clients ('gym-remote client ADDRESS ...'), run a "
-                                            "random-action rollout once every slot is served, then close them.")
+    serve = commands.add_parser(
+        "serve",
+        help="a rollout on a server that remote clients join",
+        description="Listen for remote clients ('gym-remote client ADDRESS ...'), run a "
+        "random-action rollout once every slot is served, then close them.",
+    )
     serve.add_argument("--bind", default="tcp://127.0.0.1:5555", help="endpoint to listen on (default: %(default)s)")
     serve.add_argument("--num-envs", type=_positive_int, default=8, help="slots to fill (default: %(default)s)")
-    serve.add_argument("--connect-timeout", type=_seconds, default=300.0, metavar="SECONDS",
-                       help="how long to wait for clients to fill the slots (default: %(default)s)")
+    serve.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for clients to fill the slots (default: %(default)s)",
+    )
     _add_rollout_arguments(serve)
     serve.set_defaults(handler=_run_serve)
     return parser
@@ -78,22 +105,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_env_arguments(parser: argparse.ArgumentParser, default_env: str | None, default_num_envs: int) -> None:
     source = parser.add_mutually_exclusive_group(required=default_env is None)
-    source.add_argument("--env", default=default_env, metavar="ENV_ID",
-                        help="a registered Gymnasium env id, e.g. CartPole-v1 ('module:EnvId' imports module first)")
-    source.add_argument("--factory", metavar="MODULE:FUNCTION",
-                        help="a function that returns an env, called with the --env-kwargs")
-    parser.add_argument("--num-envs", type=_positive_int, default=default_num_envs,
-                        help="number of envs (default: %(default)s)")
-    parser.add_argument("--env-kwargs", type=_json_object, default={}, metavar="JSON",
-                        help='keyword arguments for the env, as a JSON object, e.g. \'{"max_episode_steps": 200}\'')
+    source.add_argument(
+        "--env",
+        default=default_env,
+        metavar="ENV_ID",
+        help="a registered Gymnasium env id, e.g. CartPole-v1 ('module:EnvId' imports module first)",
+    )
+    source.add_argument(
+        "--factory", metavar="MODULE:FUNCTION", help="a function that returns an env, called with the --env-kwargs"
+    )
+    parser.add_argument(
+        "--num-envs", type=_positive_int, default=default_num_envs, help="number of envs (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--env-kwargs",
+        type=_json_object,
+        default={},
+        metavar="JSON",
+        help="keyword arguments for the env, as a JSON object, e.g. '{\"max_episode_steps\": 200}'",
+    )
 
 
 def _add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=_positive_int, default=20_000,
-                        help="env steps to take in all (default: %(default)s)")
+    parser.add_argument(
+        "--steps", type=_positive_int, default=20_000, help="env steps to take in all (default: %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed for resets and actions (default: %(default)s)")
-    parser.add_argument("--autoreset-mode", default="NextStep", choices=["NextStep", "SameStep", "Disabled"],
-                        help="Gymnasium autoreset mode (default: %(default)s)")
+    parser.add_argument(
+        "--autoreset-mode",
+        default="NextStep",
+        choices=["NextStep", "SameStep", "Disabled"],
+        help="Gymnasium autoreset mode (default: %(default)s)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
 
 
@@ -129,8 +172,9 @@ def _run_client(args: argparse.Namespace) -> int:
     from gym_remote.client import EnvClient
 
     env_fns = make_env_fns(args.env, args.factory, args.num_envs, args.env_kwargs)
-    client = EnvClient(args.address, env_fns, name=args.name, connect_timeout=args.connect_timeout,
-                       allow_pickle=args.allow_pickle)
+    client = EnvClient(
+        args.address, env_fns, name=args.name, connect_timeout=args.connect_timeout, allow_pickle=args.allow_pickle
+    )
     client.run()
     return EXIT_OK
 
@@ -142,8 +186,10 @@ def _run_demo(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     envs = RemoteVectorEnv(env_fns, autoreset_mode=args.autoreset_mode, num_clients=args.num_clients, bind=args.bind)
     try:
-        print(f"started {envs.num_clients} local client(s) serving {envs.num_envs} x {args.env or args.factory} "
-              f"at {envs.address} in {time.perf_counter() - started:.2f} s")
+        print(
+            f"started {envs.num_clients} local client(s) serving {envs.num_envs} x {args.env or args.factory} "
+            f"at {envs.address} in {time.perf_counter() - started:.2f} s"
+        )
         _report(rollout(envs, args.steps, args.seed, progress=not args.no_progress))
     finally:
         envs.close()
@@ -153,11 +199,15 @@ def _run_demo(args: argparse.Namespace) -> int:
 def _run_serve(args: argparse.Namespace) -> int:
     from gym_remote.vector_env import RemoteVectorEnv
 
-    envs = RemoteVectorEnv(num_envs=args.num_envs, bind=args.bind, autoreset_mode=args.autoreset_mode,
-                           connect_timeout=args.connect_timeout)
+    envs = RemoteVectorEnv(
+        num_envs=args.num_envs, bind=args.bind, autoreset_mode=args.autoreset_mode, connect_timeout=args.connect_timeout
+    )
     try:
-        print(f"listening on {envs.address} for {envs.num_envs} envs; start clients with:\n"
-              f"  gym-remote client {envs.address} --env CartPole-v1 --num-envs N", flush=True)
+        print(
+            f"listening on {envs.address} for {envs.num_envs} envs; start clients with:\n"
+            f"  gym-remote client {envs.address} --env CartPole-v1 --num-envs N",
+            flush=True,
+        )
         _report(rollout(envs, args.steps, args.seed, progress=not args.no_progress))
     finally:
         envs.close()
@@ -166,9 +216,8 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 def rollout(envs: gym.vector.VectorEnv, steps: int, seed: int, *, progress: bool = True) -> dict[str, float]:
     """Step ``envs`` with random actions for about ``steps`` env steps; return speed and episode statistics."""
-    from tqdm import tqdm
-
     from gymnasium.wrappers.vector import RecordEpisodeStatistics
+    from tqdm import tqdm
 
     recorder = RecordEpisodeStatistics(envs, buffer_length=10_000)
     recorder.reset(seed=seed)
@@ -176,8 +225,14 @@ def rollout(envs: gym.vector.VectorEnv, steps: int, seed: int, *, progress: bool
     autoreset_disabled = envs.metadata["autoreset_mode"].value == "Disabled"
     iterations = max(1, steps // envs.num_envs)
     started = time.perf_counter()
-    with tqdm(total=iterations * envs.num_envs, unit="step", unit_scale=True, disable=not progress,
-              desc="rollout", file=sys.stderr) as bar:
+    with tqdm(
+        total=iterations * envs.num_envs,
+        unit="step",
+        unit_scale=True,
+        disable=not progress,
+        desc="rollout",
+        file=sys.stderr,
+    ) as bar:
         for _ in range(iterations):
             _, _, terminations, truncations, _ = recorder.step(recorder.action_space.sample())
             if autoreset_disabled and (terminations | truncations).any():
@@ -199,8 +254,10 @@ def rollout(envs: gym.vector.VectorEnv, steps: int, seed: int, *, progress: bool
 def _report(stats: dict[str, float]) -> None:
     print(f"{stats['steps']} steps in {stats['seconds']:.2f} s: {stats['steps_per_second']:,.0f} steps/s")
     if stats["episodes"]:
-        print(f"{stats['episodes']} episodes: mean return {stats['mean_return']:.2f}, "
-              f"mean length {stats['mean_length']:.1f}")
+        print(
+            f"{stats['episodes']} episodes: mean return {stats['mean_return']:.2f}, "
+            f"mean length {stats['mean_length']:.1f}"
+        )
     else:
         print("no episode finished")
 

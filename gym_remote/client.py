@@ -69,14 +69,20 @@ class HostedEnvs:
         self.env_obs: list[Any] = [None] * count
         self.action_batch_space = batch_space(action_space, count)
         self.action_leaves = codec.array_leaf_spaces(action_space)
-        self.actions = create_empty_array(action_space, n=count, fn=np.zeros) if self.action_leaves is not None else None
+        self.actions = (
+            create_empty_array(action_space, n=count, fn=np.zeros) if self.action_leaves is not None else None
+        )
         self.action_frames = codec.batch_leaves(action_space, self.actions) if self.actions is not None else []
         self.result = protocol.ResultFrame(count)
         self.autoreset = np.zeros(count, dtype=np.bool_)
         self.failed_index: int | None = None
 
     def step(self, actions: Any) -> tuple[list[dict], list[tuple[Any, dict] | None] | None]:
-        """Step every env with its action; return (infos, finals) where finals is None unless an env ended in SAME_STEP."""
+        """Step every env with its action; return (infos, finals).
+
+        ``finals`` is None unless an env's episode ended in SAME_STEP mode; then it holds, per env, None
+        or the (final_obs, final_info) of the ended episode.
+        """
         result = self.result
         rewards, terminated, truncated = result.rewards, result.terminated, result.truncated
         infos: list[dict] = []
@@ -240,7 +246,9 @@ class EnvClient:
             frames = self._recv_message()
             if frames is None:
                 if self._stop.is_set():
-                    raise RemoteTimeoutError(f"client {self.name}: stopped before the server at {self.address} answered")
+                    raise RemoteTimeoutError(
+                        f"client {self.name}: stopped before the server at {self.address} answered"
+                    )
                 if deadline is not None and time.monotonic() > deadline:
                     raise RemoteTimeoutError(
                         f"client {self.name}: no answer from a server at {self.address} within "
@@ -360,8 +368,9 @@ class EnvClient:
             raise ProtocolError(f"{kind_name(header.kind)} message without its value section")
         return protocol.read_value(frames, allow_pickle=self._trusted)
 
-    def _send_result(self, hosted: HostedEnvs, seq: int, infos: list[dict],
-                     finals: list[tuple[Any, dict] | None] | None) -> None:
+    def _send_result(
+        self, hosted: HostedEnvs, seq: int, infos: list[dict], finals: list[tuple[Any, dict] | None] | None
+    ) -> None:
         extra: dict[str, Any] = {}
         if hosted.observations is None:
             extra["obs"] = hosted.env_obs
@@ -376,8 +385,9 @@ class EnvClient:
 
     def _send_call_result(self, seq: int, results: list[Any] | None) -> None:
         self._socket.send_multipart(
-            protocol.message(Kind.CALL_RESULT, {"results": results}, seq=seq, allow_pickle=self._trusted,
-                             what="the call result")
+            protocol.message(
+                Kind.CALL_RESULT, {"results": results}, seq=seq, allow_pickle=self._trusted, what="the call result"
+            )
         )
 
     def _send_error(self, seq: int, error: BaseException, index: int | None) -> None:

@@ -113,7 +113,10 @@ class _Encoder:
         if isinstance(value, np.generic):
             return self.numpy_scalar(value)
         if kind is GraphInstance:
-            return ["g", *(self.item(part, name, depth) for name, part in zip((".nodes", ".edges", ".edge_links"), value))]
+            return [
+                "g",
+                *(self.item(part, name, depth) for name, part in zip((".nodes", ".edges", ".edge_links"), value)),
+            ]
         if isinstance(value, (bytes, bytearray, memoryview)):
             return ["b", self.add_buffer(bytes(value))]
         if isinstance(value, (dict, list, tuple)) and not self.allow_pickle:
@@ -182,6 +185,8 @@ class _Encoder:
 
 def _dtype_travels(dtype: np.dtype) -> bool:
     return dtype.kind in _ARRAY_KINDS and dtype.fields is None and dtype.itemsize > 0 and not dtype.hasobject
+
+
 # ---------------------------------------------------------------------------------------------------
 # body + buffers -> values
 
@@ -312,7 +317,9 @@ class _Decoder:
         dtype = check_dtype(tree[1])
         data = self.buffer(tree[2])
         if data.nbytes != dtype.itemsize:
-            raise ProtocolError(f"malformed value: scalar of dtype {dtype} needs {dtype.itemsize} bytes, got {data.nbytes}")
+            raise ProtocolError(
+                f"malformed value: scalar of dtype {dtype} needs {dtype.itemsize} bytes, got {data.nbytes}"
+            )
         _check_unicode(dtype, data)
         return np.frombuffer(data, dtype=dtype)[0]
 
@@ -426,14 +433,20 @@ def space_to_value(space: spaces.Space, *, allow_pickle: bool = False) -> Any:
         dtype = np.dtype(getattr(space, "dtype", np.int64))
         return {"space": "Discrete", "n": int(space.n), "start": int(space.start), "dtype": dtype.str}
     if isinstance(space, spaces.MultiDiscrete):
-        return {"space": "MultiDiscrete", "nvec": np.asarray(space.nvec), "start": np.asarray(space.start),
-                "dtype": space.dtype.str}
+        return {
+            "space": "MultiDiscrete",
+            "nvec": np.asarray(space.nvec),
+            "start": np.asarray(space.start),
+            "dtype": space.dtype.str,
+        }
     if isinstance(space, spaces.MultiBinary):
         n = space.n
         return {"space": "MultiBinary", "n": int(n) if np.ndim(n) == 0 else [int(v) for v in n]}
     if isinstance(space, spaces.Dict):
-        return {"space": "Dict", "spaces": [[key, space_to_value(sub, allow_pickle=allow_pickle)]
-                                            for key, sub in space.spaces.items()]}
+        return {
+            "space": "Dict",
+            "spaces": [[key, space_to_value(sub, allow_pickle=allow_pickle)] for key, sub in space.spaces.items()],
+        }
     if isinstance(space, spaces.Tuple):
         return {"space": "Tuple", "spaces": [space_to_value(sub, allow_pickle=allow_pickle) for sub in space.spaces]}
     if isinstance(space, spaces.Text):
@@ -441,11 +454,17 @@ def space_to_value(space: spaces.Space, *, allow_pickle: bool = False) -> Any:
         return {"space": "Text", "min_length": space.min_length, "max_length": space.max_length, "charset": charset}
     if isinstance(space, spaces.Graph):
         edge = None if space.edge_space is None else space_to_value(space.edge_space, allow_pickle=allow_pickle)
-        return {"space": "Graph", "node_space": space_to_value(space.node_space, allow_pickle=allow_pickle),
-                "edge_space": edge}
+        return {
+            "space": "Graph",
+            "node_space": space_to_value(space.node_space, allow_pickle=allow_pickle),
+            "edge_space": edge,
+        }
     if isinstance(space, spaces.Sequence):
-        return {"space": "Sequence", "feature_space": space_to_value(space.feature_space, allow_pickle=allow_pickle),
-                "stack": bool(space.stack)}
+        return {
+            "space": "Sequence",
+            "feature_space": space_to_value(space.feature_space, allow_pickle=allow_pickle),
+            "stack": bool(space.stack),
+        }
     if isinstance(space, spaces.OneOf):
         return {"space": "OneOf", "spaces": [space_to_value(sub, allow_pickle=allow_pickle) for sub in space.spaces]}
     raise EncodeError(
@@ -479,15 +498,17 @@ def _space_from_value(value: Any, allow_pickle: bool, depth: int) -> spaces.Spac
 
     name = value["space"]
     if name == "Box":
-        return spaces.Box(low=_array_field(value, "low"), high=_array_field(value, "high"),
-                          dtype=check_dtype(value["dtype"]))
+        return spaces.Box(
+            low=_array_field(value, "low"), high=_array_field(value, "high"), dtype=check_dtype(value["dtype"])
+        )
     if name == "Discrete":
         n, start = _int_field(value, "n"), _int_field(value, "start")
         dtype = check_dtype(value.get("dtype", "<i8"))
         return spaces.Discrete(n, start=start) if dtype == np.int64 else spaces.Discrete(n, start=start, dtype=dtype)
     if name == "MultiDiscrete":
-        return spaces.MultiDiscrete(_array_field(value, "nvec"), dtype=check_dtype(value["dtype"]),
-                                    start=_array_field(value, "start"))
+        return spaces.MultiDiscrete(
+            _array_field(value, "nvec"), dtype=check_dtype(value["dtype"]), start=_array_field(value, "start")
+        )
     if name == "MultiBinary":
         n = value["n"]
         if not (type(n) is int or (type(n) is list and all(type(v) is int for v in n))):
@@ -504,8 +525,7 @@ def _space_from_value(value: Any, allow_pickle: bool, depth: int) -> spaces.Spac
         charset = value["charset"]
         if type(charset) is not str or not charset:
             raise ProtocolError("malformed space description: Text charset must be a non-empty string")
-        return spaces.Text(_int_field(value, "max_length"), min_length=_int_field(value, "min_length"),
-                           charset=charset)
+        return spaces.Text(_int_field(value, "max_length"), min_length=_int_field(value, "min_length"), charset=charset)
     if name == "Graph":
         edge = value["edge_space"]
         return spaces.Graph(node_space=sub(value["node_space"]), edge_space=None if edge is None else sub(edge))

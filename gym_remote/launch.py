@@ -86,8 +86,13 @@ class LocalClients:
                 env=_child_environment(),
                 start_new_session=True,  # Ctrl-C reaches the learner, which then closes its clients
             )
-            logger.debug("started local client %d (pid %d) for slots %d-%d", launch.index,
-                         self.processes[launch.index].pid, launch.first_slot, launch.first_slot + launch.count - 1)
+            logger.debug(
+                "started local client %d (pid %d) for slots %d-%d",
+                launch.index,
+                self.processes[launch.index].pid,
+                launch.first_slot,
+                launch.first_slot + launch.count - 1,
+            )
 
     @property
     def pids(self) -> list[int]:
@@ -199,4 +204,3 @@ def _raise_unpickling_error(error: BaseException | None) -> Callable:
 
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
-

@@ -130,7 +130,8 @@ def parse_result_scalars(frame: bytes, count: int) -> tuple[np.ndarray, np.ndarr
     """
     if len(frame) != HEADER_SIZE + 10 * count:
         raise ProtocolError(
-            f"malformed RESULT: header frame of {len(frame)} bytes, expected {HEADER_SIZE + 10 * count} for {count} envs"
+            f"malformed RESULT: header frame of {len(frame)} bytes, "
+            f"expected {HEADER_SIZE + 10 * count} for {count} envs"
         )
     rewards = np.frombuffer(frame, dtype="<f8", count=count, offset=HEADER_SIZE)
     flags = np.frombuffer(frame, dtype=np.uint8, count=2 * count, offset=HEADER_SIZE + 8 * count)
@@ -156,8 +157,9 @@ def read_value(frames: Sequence[Any], *, allow_pickle: bool = False) -> Any:
     return codec.decode(frames[0], frames[1:], allow_pickle=allow_pickle)
 
 
-def message(kind: Kind, value: Any = None, *, seq: int = 0, count: int = 0, allow_pickle: bool = False,
-            what: str = "value") -> list[Any]:
+def message(
+    kind: Kind, value: Any = None, *, seq: int = 0, count: int = 0, allow_pickle: bool = False, what: str = "value"
+) -> list[Any]:
     """A whole control message: header and, unless ``value`` is None, a value section."""
     if value is None:
         return [pack_header(kind, seq, count)]

@@ -363,8 +363,9 @@ class SlotServer:
             waiting = "; ".join(client.describe() for client in pending)
             raise RemoteTimeoutError(f"timed out after {timeout:g} s waiting for {what} from {waiting}")
 
-    def _handle_other(self, identity: bytes, header: protocol.Header, frame: bytes,
-                      pending: dict[bytes, ClientInfo]) -> None:
+    def _handle_other(
+        self, identity: bytes, header: protocol.Header, frame: bytes, pending: dict[bytes, ClientInfo]
+    ) -> None:
         """A message that is not an awaited reply: a join, a leave, a late reply, or a stray."""
         if header.kind == Kind.HELLO:
             self._on_hello(identity, header)
@@ -406,8 +407,11 @@ class SlotServer:
         try:
             frames = self.recv_rest()
             if header.version != protocol.PROTOCOL_VERSION:
-                raise _Refusal("version", f"protocol version mismatch: the server speaks {protocol.PROTOCOL_VERSION}, "
-                                          f"the client {header.version}")
+                raise _Refusal(
+                    "version",
+                    f"protocol version mismatch: the server speaks {protocol.PROTOCOL_VERSION}, "
+                    f"the client {header.version}",
+                )
             hello = protocol.read_value(frames)
             client = self._admit(identity, hello)
         except _Refusal as refusal:
@@ -425,15 +429,24 @@ class SlotServer:
                 self.on_first_spaces(client)
         self._prepare_targets(client)
         self._welcome(client)
-        logger.info("%s joined from %s (pid %d); %d of %d slots served", client.describe(), client.host,
-                    client.pid, self.served, self.num_envs)
+        logger.info(
+            "%s joined from %s (pid %d); %d of %d slots served",
+            client.describe(),
+            client.host,
+            client.pid,
+            self.served,
+            self.num_envs,
+        )
 
     def _admit(self, identity: bytes, hello: dict[str, Any]) -> ClientInfo:
         if not isinstance(hello, dict):
             raise ProtocolError("HELLO must carry a dict")
         if hello.get("protocol") != protocol.PROTOCOL_VERSION:
-            raise _Refusal("version", f"protocol version mismatch: the server speaks {protocol.PROTOCOL_VERSION}, "
-                                      f"the client {hello.get('protocol')}")
+            raise _Refusal(
+                "version",
+                f"protocol version mismatch: the server speaks {protocol.PROTOCOL_VERSION}, "
+                f"the client {hello.get('protocol')}",
+            )
         count = hello["num_envs"]
         if type(count) is not int or not 1 <= count <= protocol.MAX_ENVS_PER_CLIENT:
             raise ProtocolError(f"num_envs must be an int from 1 to {protocol.MAX_ENVS_PER_CLIENT}")
@@ -600,5 +613,5 @@ def _connectable(endpoint: str) -> str:
     """An endpoint a client can connect to (a wildcard bind address becomes the loopback address)."""
     for wildcard in ("tcp://0.0.0.0:", "tcp://[::]:"):
         if endpoint.startswith(wildcard):
-            return "tcp://127.0.0.1:" + endpoint[len(wildcard):]
+            return "tcp://127.0.0.1:" + endpoint[len(wildcard) :]
     return endpoint

@@ -96,7 +96,9 @@ class RemoteVectorEnv(VectorEnv):
         self._local: LocalClients | None = None
         self._server: SlotServer | None = None
         self.copy = copy
-        self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        self.autoreset_mode = (
+            autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        )
         self.observation_mode = observation_mode
         if not (observation_mode in ("same", "different") or _is_space_pair(observation_mode)):
             raise ValueError(
@@ -208,7 +210,9 @@ class RemoteVectorEnv(VectorEnv):
         self._observations = create_empty_array(self._single_observation_space, n=self.num_envs, fn=np.zeros)
         self._observation_is_array = codec.array_leaf_spaces(self._single_observation_space) is not None
         self._server.set_observation_buffers(
-            codec.batch_leaves(self._single_observation_space, self._observations) if self._observation_is_array else None
+            codec.batch_leaves(self._single_observation_space, self._observations)
+            if self._observation_is_array
+            else None
         )
         self._action_leaf_spaces = codec.array_leaf_spaces(single_action_space)
 
@@ -234,8 +238,10 @@ class RemoteVectorEnv(VectorEnv):
         if self._observation_space is None:  # observation_mode="different" needs every slot's space
             self._server.wait_for_slots(self.connect_timeout, what="all slots (observation_mode='different')")
             self._observation_space = batch_differing_spaces(
-                [self._server.slots[slot].observation_spaces[self._server.slots[slot].slots.index(slot)]
-                 for slot in range(self.num_envs)]
+                [
+                    self._server.slots[slot].observation_spaces[self._server.slots[slot].slots.index(slot)]
+                    for slot in range(self.num_envs)
+                ]
             )
         return self._observation_space
 
@@ -300,7 +306,8 @@ class RemoteVectorEnv(VectorEnv):
             seed = [seed + i for i in range(self.num_envs)]
         if len(seed) != self.num_envs:
             raise ValueError(
-                f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seed)}."
+                "If seeds are passed as a list the length must match "
+                f"num_envs={self.num_envs} but got length={len(seed)}."
             )
         reset_mask = None
         if options is not None and "reset_mask" in options:
@@ -317,8 +324,9 @@ class RemoteVectorEnv(VectorEnv):
                 "options": options,
                 "mask": None if reset_mask is None else [bool(reset_mask[slot]) for slot in client.slots],
             }
-            return protocol.message(Kind.RESET, command, seq=seq, count=client.count, allow_pickle=client.trusted,
-                                    what="reset options")
+            return protocol.message(
+                Kind.RESET, command, seq=seq, count=client.count, allow_pickle=client.trusted, what="reset options"
+            )
 
         self._exchange(clients, build, "reset", scalars=False)
         if reset_mask is None:
@@ -354,8 +362,9 @@ class RemoteVectorEnv(VectorEnv):
 
             def build(client: ClientInfo, seq: int) -> list[Any]:
                 command = {"actions": [per_env[slot] for slot in client.slots]}
-                return protocol.message(Kind.STEP, command, seq=seq, count=client.count,
-                                        allow_pickle=client.trusted, what="actions")
+                return protocol.message(
+                    Kind.STEP, command, seq=seq, count=client.count, allow_pickle=client.trusted, what="actions"
+                )
 
         self._exchange(list(self._server.clients.values()), build, "step", scalars=True)
         np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
@@ -394,7 +403,8 @@ class RemoteVectorEnv(VectorEnv):
             )
         self._require_all_slots(f"set_attr({name!r})")
         self._call_clients(
-            Kind.SET_ATTR, lambda client: {"name": name, "values": [values[slot] for slot in client.slots]},
+            Kind.SET_ATTR,
+            lambda client: {"name": name, "values": [values[slot] for slot in client.slots]},
             f"set_attr({name!r})",
         )
 
@@ -404,8 +414,10 @@ class RemoteVectorEnv(VectorEnv):
         try:
             if self._server is not None:
                 self._server.close(
-                    timeout, gone=lambda client: local is not None and client.launch_index is not None
-                    and local.exited(client.launch_index)
+                    timeout,
+                    gone=lambda client: (
+                        local is not None and client.launch_index is not None and local.exited(client.launch_index)
+                    ),
                 )
         finally:
             if self._local is not None:
@@ -460,7 +472,9 @@ class RemoteVectorEnv(VectorEnv):
                 raise ValueError(f"each action must have shape {space.shape} for {space}, got {array.shape[1:]}")
             if array.dtype != space.dtype:
                 if not np.can_cast(array.dtype, space.dtype, casting="same_kind"):
-                    raise TypeError(f"actions of dtype {array.dtype} cannot be cast safely to {space.dtype} for {space}")
+                    raise TypeError(
+                        f"actions of dtype {array.dtype} cannot be cast safely to {space.dtype} for {space}"
+                    )
                 array = array.astype(space.dtype)
             leaves.append(np.ascontiguousarray(array))
         return leaves
@@ -469,8 +483,12 @@ class RemoteVectorEnv(VectorEnv):
         self._slot_infos.clear()
         self._slot_finals.clear()
         self._server.exchange(
-            clients, build, lambda client, header, frame: self._read_result(client, header, frame, what, scalars),
-            reply_kind=Kind.RESULT, timeout=self.timeout, what=what,
+            clients,
+            build,
+            lambda client, header, frame: self._read_result(client, header, frame, what, scalars),
+            reply_kind=Kind.RESULT,
+            timeout=self.timeout,
+            what=what,
         )
         if not self._observation_is_array:
             self._observations = concatenate(self._single_observation_space, self._env_obs, self._observations)
@@ -536,8 +554,14 @@ class RemoteVectorEnv(VectorEnv):
         results: list[Any] = [None] * self.num_envs
 
         def build(client: ClientInfo, seq: int) -> list[Any]:
-            return protocol.message(kind, command_for(client), seq=seq, count=client.count,
-                                    allow_pickle=client.trusted, what=f"the arguments of {what}")
+            return protocol.message(
+                kind,
+                command_for(client),
+                seq=seq,
+                count=client.count,
+                allow_pickle=client.trusted,
+                what=f"the arguments of {what}",
+            )
 
         def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
             reply = self._server.recv_value(client, header)
@@ -548,8 +572,14 @@ class RemoteVectorEnv(VectorEnv):
                 for slot, value in zip(client.slots, values, strict=True):
                     results[slot] = value
 
-        self._server.exchange(self._clients_of(range(self.num_envs)), build, on_reply,
-                              reply_kind=Kind.CALL_RESULT, timeout=self.timeout, what=what)
+        self._server.exchange(
+            self._clients_of(range(self.num_envs)),
+            build,
+            on_reply,
+            reply_kind=Kind.CALL_RESULT,
+            timeout=self.timeout,
+            what=what,
+        )
         return tuple(results)
 
     def _observations_out(self) -> Any:
@@ -570,7 +600,8 @@ def _check_reset_mask(reset_mask: Any, num_envs: int) -> None:
         raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
     if not np.any(reset_mask):
         raise ValueError(
-            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={reset_mask}"
+            "`options['reset_mask']` must contain a boolean array with at least one True value, "
+            f"got reset_mask={reset_mask}"
         )
 
 
@@ -578,4 +609,3 @@ def _checked_list(value: Any, count: int, name: str) -> list | None:
     if value is not None and (not isinstance(value, list) or len(value) != count):
         raise ProtocolError(f"RESULT {name} must be a list of {count} entries")
     return value
-

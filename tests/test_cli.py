@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gym_remote import RemoteVectorEnv, __version__
+
+from tests.conftest import free_tcp_address, wait_until
 
 GYM_REMOTE = str(Path(sys.executable).with_name("gym-remote"))
 SUBCOMMANDS = ("client", "demo", "serve")
@@ -28,20 +28,6 @@ FLAGS = {
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def free_tcp_address() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 class Run:

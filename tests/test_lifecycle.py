@@ -14,7 +14,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from gymnasium.error import ClosedEnvironmentError
 from gym_remote import ClientLostError, RemoteEnvError, RemoteVectorEnv
 from gym_remote.launch import split_evenly
 
-from tests.conftest import pid_alive
+from tests.conftest import pid_alive, wait_until
 from tests.factories import (
     make_broken,
     make_cartpole,
@@ -36,14 +35,6 @@ from tests.factories import (
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def process_gone(pid: int) -> bool:

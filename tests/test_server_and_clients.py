@@ -9,7 +9,6 @@ handled keep stepping until the joining client is done.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -24,6 +23,8 @@ from gymnasium.vector.utils import batch_space
 import gym_remote
 from gym_remote import EnvClient, JoinRefusedError, RemoteTimeoutError, RemoteVectorEnv
 
+from tests.conftest import free_tcp_address, wait_until
+
 from tests.factories import make_cartpole
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -31,20 +32,6 @@ CARTPOLE_OBS, CARTPOLE_ACT = CARTPOLE.observation_space, CARTPOLE.action_space
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def free_tcp_address() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 class CliClient:
