@@ -67,15 +67,21 @@ class HostedEnvs:
             codec.batch_leaves(observation_space, self.observations) if self.observations is not None else []
         )
         self.env_obs: list[Any] = [None] * count
+        self.action_space = action_space
         self.action_batch_space = batch_space(action_space, count)
         self.action_leaves = codec.array_leaf_spaces(action_space)
-        self.actions = (
-            create_empty_array(action_space, n=count, fn=np.zeros) if self.action_leaves is not None else None
-        )
-        self.action_frames = codec.batch_leaves(action_space, self.actions) if self.actions is not None else []
         self.result = protocol.ResultFrame(count)
         self.autoreset = np.zeros(count, dtype=np.bool_)
         self.failed_index: int | None = None
+
+    def new_actions(self, dtypes: Sequence[np.dtype] | None = None) -> list[np.ndarray]:
+        """Fresh arrays to receive a STEP's action leaves into (in the space's dtypes unless given).
+
+        Fresh, not reused: an env may keep the action it was given, as it may with ``SyncVectorEnv``.
+        """
+        if dtypes is None:
+            dtypes = [leaf.dtype for leaf in self.action_leaves]
+        return [np.empty((self.count, *leaf.shape), dtype=dtype) for leaf, dtype in zip(self.action_leaves, dtypes)]
 
     def step(self, actions: Any) -> tuple[list[dict], list[tuple[Any, dict] | None] | None]:
         """Step every env with its action; return (infos, finals).
@@ -313,14 +319,14 @@ class EnvClient:
             header = None
             try:
                 header = protocol.parse_header(frame)
-                if not self._handle(hosted, header):
+                if not self._handle(hosted, header, frame):
                     return
             except Exception as error:  # an env or the message failed: report it and keep serving
                 transport.drain(sock)
                 self._send_error(header.seq if header else 0, error, hosted.failed_index)
                 hosted.failed_index = None
 
-    def _handle(self, hosted: HostedEnvs, header: protocol.Header) -> bool:
+    def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> bool:
         """Answer one command; False once the server has closed."""
         if header.version != protocol.PROTOCOL_VERSION:
             raise ProtocolError(
@@ -328,7 +334,7 @@ class EnvClient:
             )
         kind = header.kind
         if kind == Kind.STEP:
-            actions = self._read_actions(hosted, header)
+            actions = self._read_actions(hosted, header, frame)
             self._send_result(hosted, header.seq, *hosted.step(actions))
         elif kind == Kind.RESET:
             command = self._read_value(header)
@@ -351,16 +357,27 @@ class EnvClient:
             raise ProtocolError(f"unexpected {kind_name(kind)} message from the server")
         return True
 
-    def _read_actions(self, hosted: HostedEnvs, header: protocol.Header) -> Any:
+    def _read_actions(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> Any:
+        """The actions of a STEP, one per env, as ``iterate`` gives them (see PROTOCOL.md, STEP)."""
         sock = self._socket
         if header.count != hosted.count:
             raise ProtocolError(f"STEP for {header.count} envs, this client hosts {hosted.count}")
-        if hosted.actions is None:
-            return self._read_value(header)["actions"]
-        transport.recv_into(sock, hosted.action_frames, "STEP")
+        if header.flags & FLAG_VALUE:
+            actions = self._read_value(header)["actions"]
+            if not isinstance(actions, list) or len(actions) != hosted.count:
+                raise ProtocolError(f"STEP must carry a list of {hosted.count} actions")
+            return actions
+        if hosted.action_leaves is None:
+            raise ProtocolError("STEP without actions: this action space needs them in a value section")
+        dtypes = None
+        if header.flags & protocol.FLAG_DTYPES:
+            dtypes = protocol.parse_step_dtypes(frame, len(hosted.action_leaves))
+        targets = hosted.new_actions(dtypes)
+        batch = codec.leaves_to_batch(hosted.action_space, targets)
+        transport.recv_into(sock, targets, "STEP")
         if sock.get(transport.RCVMORE):
             raise ProtocolError("STEP message has more frames than the action space needs")
-        return iterate(hosted.action_batch_space, hosted.actions)
+        return iterate(hosted.action_batch_space, batch)
 
     def _read_value(self, header: protocol.Header) -> Any:
         frames = transport.recv_rest(self._socket)

@@ -36,7 +36,9 @@ __all__ = [
     "space_from_value",
     "array_leaf_spaces",
     "batch_leaves",
+    "leaves_to_batch",
     "check_dtype",
+    "dtype_travels",
 ]
 
 MAX_DEPTH = 64
@@ -148,7 +150,7 @@ class _Encoder:
         if dtype == np.dtype(object):
             items = [self.item(item, f"[{index}]", depth) for index, item in enumerate(array.ravel())]
             return ["o", list(array.shape), items]
-        if not _dtype_travels(dtype):
+        if not dtype_travels(dtype):
             return self.pickle(array, f"numpy arrays of dtype {dtype}")
         # A flat byte view: a plain buffer for ZeroMQ whatever the dtype (datetime) or shape (zeros).
         flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
@@ -166,7 +168,7 @@ class _Encoder:
         if dtype.kind in "US" and dtype.itemsize == 0:  # an empty string scalar: one NUL unit reads back as ""
             dtype = np.dtype(f"{dtype.byteorder if dtype.kind == 'U' else '|'}{dtype.kind}1")
             return ["S", dtype.str, self.add_buffer(bytes(dtype.itemsize))]
-        if not _dtype_travels(dtype):
+        if not dtype_travels(dtype):
             return self.pickle(value, f"numpy scalars of dtype {dtype}")
         return ["S", dtype.str, self.add_buffer(np.asarray(value).tobytes())]
 
@@ -183,7 +185,8 @@ class _Encoder:
             raise _Unencodable(f"cloudpickle failed for {type(value).__qualname__}: {error}") from None
 
 
-def _dtype_travels(dtype: np.dtype) -> bool:
+def dtype_travels(dtype: np.dtype) -> bool:
+    """Whether arrays of ``dtype`` can travel as raw buffers (plain numbers, bools, strings, datetimes)."""
     return dtype.kind in _ARRAY_KINDS and dtype.fields is None and dtype.itemsize > 0 and not dtype.hasobject
 
 
@@ -386,7 +389,7 @@ def check_dtype(name: Any) -> np.dtype:
         dtype = np.dtype(name)
     except Exception:  # numpy raises several types for strings it cannot parse
         raise ProtocolError(f"malformed value: unknown dtype {name!r}") from None
-    if not _dtype_travels(dtype):
+    if not dtype_travels(dtype):
         raise ProtocolError(f"malformed value: dtype {name!r} is not allowed on the wire")
     return dtype
 
@@ -601,3 +604,17 @@ def batch_leaves(space: spaces.Space, batch: Any) -> list[np.ndarray]:
     if isinstance(space, spaces.Dict):
         return [leaf for key, child in space.spaces.items() for leaf in batch_leaves(child, batch[key])]
     return [leaf for child, part in zip(space.spaces, batch, strict=True) for leaf in batch_leaves(child, part)]
+
+
+def leaves_to_batch(space: spaces.Space, leaves: Sequence[np.ndarray]) -> Any:
+    """The batch (array, dict or tuple) of ``space`` made of ``leaves``: the inverse of :func:`batch_leaves`."""
+    remaining = iter(leaves)
+
+    def rebuild(node: spaces.Space) -> Any:
+        if isinstance(node, _BOX_LIKE):
+            return next(remaining)
+        if isinstance(node, spaces.Dict):
+            return {key: rebuild(child) for key, child in node.spaces.items()}
+        return tuple(rebuild(child) for child in node.spaces)
+
+    return rebuild(space)

@@ -13,6 +13,7 @@ it refers to (see :mod:`gym_remote.codec`).
 from __future__ import annotations
 
 import enum
+import json
 import struct
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -27,6 +28,9 @@ __all__ = [
     "MAGIC",
     "Kind",
     "FLAG_VALUE",
+    "FLAG_DTYPES",
+    "pack_step_header",
+    "parse_step_dtypes",
     "Header",
     "pack_header",
     "parse_header",
@@ -46,6 +50,9 @@ HEADER_SIZE = HEADER.size  # 16
 
 FLAG_VALUE = 0x1
 """A value section (JSON body + buffers) follows the message's array frames."""
+
+FLAG_DTYPES = 0x2
+"""STEP only: the action frames have the dtypes listed after the header, not the action space's."""
 
 MAX_ENVS_PER_CLIENT = 0xFFFF
 
@@ -120,6 +127,34 @@ class ResultFrame:
         """Write the header for ``seq`` and return the whole frame."""
         HEADER.pack_into(self.buffer, 0, MAGIC, PROTOCOL_VERSION, Kind.RESULT, flags, self.count, seq)
         return self.buffer
+
+
+def pack_step_header(seq: int, count: int, dtypes: Sequence[np.dtype] | None = None) -> bytes:
+    """The header frame of a STEP whose actions travel as array frames.
+
+    ``dtypes`` (one per action leaf) is given when the actions do not have the action space's
+    dtypes; the frame then ends with their JSON list and carries :data:`FLAG_DTYPES`.
+    """
+    if dtypes is None:
+        return pack_header(Kind.STEP, seq, count)
+    listing = json.dumps([dtype.str for dtype in dtypes]).encode("ascii")
+    return pack_header(Kind.STEP, seq, count, FLAG_DTYPES) + listing
+
+
+def parse_step_dtypes(frame: bytes, leaves: int) -> list[np.dtype]:
+    """The action dtypes listed in a STEP header frame that carries :data:`FLAG_DTYPES`.
+
+    Raises:
+        ProtocolError: the listing is malformed, names a dtype not allowed on the wire, or has the
+            wrong length.
+    """
+    try:
+        names = json.loads(bytes(frame[HEADER_SIZE:]).decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError("malformed STEP: the dtype listing after the header is not JSON") from None
+    if type(names) is not list or len(names) != leaves:
+        raise ProtocolError(f"malformed STEP: expected {leaves} action dtypes after the header")
+    return [codec.check_dtype(name) for name in names]
 
 
 def parse_result_scalars(frame: bytes, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -349,23 +349,7 @@ class RemoteVectorEnv(VectorEnv):
                 "have ended: reset them with reset(options={'reset_mask': mask}) before stepping"
             )
         self._require_all_slots("step")
-        if self._action_leaf_spaces is not None:
-            leaves = self._action_leaves(actions)
-
-            def build(client: ClientInfo, seq: int) -> list[Any]:
-                rows = client.rows
-                return [protocol.pack_header(Kind.STEP, seq, client.count), *[leaf[rows] for leaf in leaves]]
-        else:
-            per_env = list(iterate(self._action_space, actions))
-            if len(per_env) != self.num_envs:
-                raise ValueError(f"expected actions for {self.num_envs} envs, got {len(per_env)}")
-
-            def build(client: ClientInfo, seq: int) -> list[Any]:
-                command = {"actions": [per_env[slot] for slot in client.slots]}
-                return protocol.message(
-                    Kind.STEP, command, seq=seq, count=client.count, allow_pickle=client.trusted, what="actions"
-                )
-
+        build = self._array_step_builder(actions) or self._value_step_builder(actions)
         self._exchange(list(self._server.clients.values()), build, "step", scalars=True)
         np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
         return (
@@ -453,31 +437,51 @@ class RemoteVectorEnv(VectorEnv):
             clients.setdefault(client.identity, client)
         return list(clients.values())
 
-    def _action_leaves(self, actions: Any) -> list[np.ndarray]:
-        """The batched actions as contiguous arrays, one per leaf of the action space, checked."""
+    def _array_step_builder(self, actions: Any) -> Callable[[ClientInfo, int], list[Any]] | None:
+        """STEP commands carrying the actions as array frames, or None when they must travel as values.
+
+        The envs get exactly what ``SyncVectorEnv`` would give them: rows of the arrays passed in, in
+        their own dtype. Anything but well-shaped numpy arrays (lists, scalars, odd shapes) takes the
+        value path, where :func:`iterate` splits the actions as ``SyncVectorEnv`` does.
+        """
+        if self._action_leaf_spaces is None:
+            return None
         try:
             values = codec.batch_leaves(self._single_action_space, actions)
-        except (KeyError, TypeError, IndexError, ValueError) as error:
-            raise ValueError(
-                f"actions do not match the batched action space {self._action_space}: {type(error).__name__}: {error}"
-            ) from None
+        except (KeyError, TypeError, IndexError, ValueError):
+            return None
         leaves = []
         for space, value in zip(self._action_leaf_spaces, values, strict=True):
-            array = np.asarray(value)
-            if array.ndim == 0:
-                raise TypeError(f"Unable to iterate over the following elements: {value}")
-            if array.shape[0] != self.num_envs:
-                raise ValueError(f"expected actions for {self.num_envs} envs, got {array.shape[0]}")
-            if array.shape[1:] != space.shape:
-                raise ValueError(f"each action must have shape {space.shape} for {space}, got {array.shape[1:]}")
-            if array.dtype != space.dtype:
-                if not np.can_cast(array.dtype, space.dtype, casting="same_kind"):
-                    raise TypeError(
-                        f"actions of dtype {array.dtype} cannot be cast safely to {space.dtype} for {space}"
-                    )
-                array = array.astype(space.dtype)
-            leaves.append(np.ascontiguousarray(array))
-        return leaves
+            if (
+                type(value) is not np.ndarray
+                or value.shape != (self.num_envs, *space.shape)
+                or not codec.dtype_travels(value.dtype)
+            ):
+                return None
+            leaves.append(np.ascontiguousarray(value))
+        dtypes = [leaf.dtype for leaf in leaves]
+        own_dtypes = all(dtype == space.dtype for dtype, space in zip(dtypes, self._action_leaf_spaces, strict=True))
+
+        def build(client: ClientInfo, seq: int) -> list[Any]:
+            rows = client.rows
+            header = protocol.pack_step_header(seq, client.count, None if own_dtypes else dtypes)
+            return [header, *[leaf[rows] for leaf in leaves]]
+
+        return build
+
+    def _value_step_builder(self, actions: Any) -> Callable[[ClientInfo, int], list[Any]]:
+        """STEP commands carrying each env's action as an encoded value, split by :func:`iterate`."""
+        per_env = list(iterate(self._action_space, actions))
+        if len(per_env) != self.num_envs:
+            raise ValueError(f"expected actions for {self.num_envs} envs, got {len(per_env)}")
+
+        def build(client: ClientInfo, seq: int) -> list[Any]:
+            command = {"actions": [per_env[slot] for slot in client.slots]}
+            return protocol.message(
+                Kind.STEP, command, seq=seq, count=client.count, allow_pickle=client.trusted, what="actions"
+            )
+
+        return build
 
     def _exchange(self, clients: list[ClientInfo], build: Callable, what: str, *, scalars: bool) -> None:
         self._slot_infos.clear()

@@ -13,16 +13,33 @@ from pathlib import Path
 import pytest
 
 from gym_remote import RemoteVectorEnv, __version__
-
 from tests.conftest import free_tcp_address, wait_until
 
 GYM_REMOTE = str(Path(sys.executable).with_name("gym-remote"))
 SUBCOMMANDS = ("client", "demo", "serve")
 FLAGS = {
-    "client": ["ADDRESS", "--env", "--factory", "--num-envs", "--env-kwargs", "--name", "--connect-timeout",
-               "--allow-pickle"],
-    "demo": ["--env", "--factory", "--num-envs", "--env-kwargs", "--steps", "--seed", "--autoreset-mode",
-             "--no-progress", "--num-clients", "--bind"],
+    "client": [
+        "ADDRESS",
+        "--env",
+        "--factory",
+        "--num-envs",
+        "--env-kwargs",
+        "--name",
+        "--connect-timeout",
+        "--allow-pickle",
+    ],
+    "demo": [
+        "--env",
+        "--factory",
+        "--num-envs",
+        "--env-kwargs",
+        "--steps",
+        "--seed",
+        "--autoreset-mode",
+        "--no-progress",
+        "--num-clients",
+        "--bind",
+    ],
     "serve": ["--bind", "--num-envs", "--connect-timeout", "--steps", "--seed", "--autoreset-mode", "--no-progress"],
 }
 
@@ -164,8 +181,18 @@ def test_bad_factory_exits_nonzero_with_a_clear_message(run, command, factory, e
 def test_client_factory_receives_env_kwargs(run):
     envs = RemoteVectorEnv(num_envs=3, connect_timeout=30)
     try:
-        client = run("client", envs.address, "--factory", "tests.factories:make_tagged", "--num-envs", "3",
-                     "--env-kwargs", '{"tag": "hello-kwargs", "max_episode_steps": 7}', "--connect-timeout", "30")
+        client = run(
+            "client",
+            envs.address,
+            "--factory",
+            "tests.factories:make_tagged",
+            "--num-envs",
+            "3",
+            "--env-kwargs",
+            '{"tag": "hello-kwargs", "max_episode_steps": 7}',
+            "--connect-timeout",
+            "30",
+        )
         envs.reset(seed=0)
         assert envs.get_attr("tag") == ("hello-kwargs",) * 3
         assert envs.get_attr("env_kwargs") == ({"max_episode_steps": 7},) * 3
@@ -180,8 +207,18 @@ def test_client_factory_receives_env_kwargs(run):
 def test_client_env_kwargs_reach_gym_make(run):
     envs = RemoteVectorEnv(num_envs=2, connect_timeout=30)
     try:
-        client = run("client", envs.address, "--env", "CartPole-v1", "--num-envs", "2",
-                     "--env-kwargs", '{"max_episode_steps": 5}', "--connect-timeout", "30")
+        client = run(
+            "client",
+            envs.address,
+            "--env",
+            "CartPole-v1",
+            "--num-envs",
+            "2",
+            "--env-kwargs",
+            '{"max_episode_steps": 5}',
+            "--connect-timeout",
+            "30",
+        )
         envs.reset(seed=0)
         assert envs.get_attr("_max_episode_steps") == (5, 5)
         ended = [False, False]
@@ -195,9 +232,22 @@ def test_client_env_kwargs_reach_gym_make(run):
 
 
 def test_demo_with_factory_and_env_kwargs(run):
-    result = finished(run, "demo", "--factory", "tests.factories:make_cartpole", "--env-kwargs",
-                      '{"max_episode_steps": 10}', "--num-envs", "2", "--num-clients", "1", "--steps", "400",
-                      "--no-progress", timeout=60)
+    result = finished(
+        run,
+        "demo",
+        "--factory",
+        "tests.factories:make_cartpole",
+        "--env-kwargs",
+        '{"max_episode_steps": 10}',
+        "--num-envs",
+        "2",
+        "--num-clients",
+        "1",
+        "--steps",
+        "400",
+        "--no-progress",
+        timeout=60,
+    )
     assert result.process.returncode == 0, result
     match = re.search(r"(\d+) episodes: mean return ([\d.]+), mean length ([\d.]+)", result.stdout)
     assert match, result
@@ -223,14 +273,38 @@ def test_demo_reports_speed_and_episodes(run):
 
 def test_serve_with_two_clients_started_afterwards(run):
     address = free_tcp_address()
-    server = run("serve", "--bind", address, "--num-envs", "4", "--steps", "2000", "--no-progress",
-                 "--connect-timeout", "60", via="script", name="serve")
-    wait_until(lambda: "listening on" in server.stdout or server.process.poll() is not None, 30,
-               "the server to listen")
+    server = run(
+        "serve",
+        "--bind",
+        address,
+        "--num-envs",
+        "4",
+        "--steps",
+        "2000",
+        "--no-progress",
+        "--connect-timeout",
+        "60",
+        via="script",
+        name="serve",
+    )
+    wait_until(lambda: "listening on" in server.stdout or server.process.poll() is not None, 30, "the server to listen")
     assert server.process.poll() is None, server
     assert address in server.stdout
-    clients = [run("client", address, "--env", "CartPole-v1", "--num-envs", "2", "--connect-timeout", "30",
-                   via="script", name=f"client{index}") for index in range(2)]
+    clients = [
+        run(
+            "client",
+            address,
+            "--env",
+            "CartPole-v1",
+            "--num-envs",
+            "2",
+            "--connect-timeout",
+            "30",
+            via="script",
+            name=f"client{index}",
+        )
+        for index in range(2)
+    ]
     assert server.wait(90) == 0, server
     for client in clients:
         assert client.wait(10) == 0, client
@@ -239,8 +313,20 @@ def test_serve_with_two_clients_started_afterwards(run):
 
 
 def test_serve_times_out_without_clients(run):
-    result = finished(run, "serve", "--bind", free_tcp_address(), "--num-envs", "2", "--steps", "10",
-                      "--no-progress", "--connect-timeout", "1", timeout=30)
+    result = finished(
+        run,
+        "serve",
+        "--bind",
+        free_tcp_address(),
+        "--num-envs",
+        "2",
+        "--steps",
+        "10",
+        "--no-progress",
+        "--connect-timeout",
+        "1",
+        timeout=30,
+    )
     assert result.process.returncode == 1, result
     assert "timed out" in result.stderr, result
     assert "Traceback" not in result.stderr, result
@@ -249,8 +335,9 @@ def test_serve_times_out_without_clients(run):
 def test_client_without_a_server_times_out(run):
     address = free_tcp_address()
     started = time.monotonic()
-    result = finished(run, "client", address, "--env", "CartPole-v1", "--connect-timeout", "1", via="script",
-                      timeout=30)
+    result = finished(
+        run, "client", address, "--env", "CartPole-v1", "--connect-timeout", "1", via="script", timeout=30
+    )
     elapsed = time.monotonic() - started
     assert result.process.returncode == 1, result
     assert "no answer" in result.stderr and "within 1 s" in result.stderr, result
@@ -260,10 +347,20 @@ def test_client_without_a_server_times_out(run):
 
 
 def test_client_interrupted_exits_130(run):
-    client = run("--log-level", "INFO", "client", free_tcp_address(), "--env", "CartPole-v1", "--connect-timeout",
-                 "60", via="script")
-    wait_until(lambda: "connecting to" in client.stderr or client.process.poll() is not None, 30,
-               "the client to send HELLO")
+    client = run(
+        "--log-level",
+        "INFO",
+        "client",
+        free_tcp_address(),
+        "--env",
+        "CartPole-v1",
+        "--connect-timeout",
+        "60",
+        via="script",
+    )
+    wait_until(
+        lambda: "connecting to" in client.stderr or client.process.poll() is not None, 30, "the client to send HELLO"
+    )
     os.kill(client.process.pid, signal.SIGINT)
     assert client.wait(10) == 130, client
     assert "interrupted" in client.stderr, client
@@ -284,4 +381,3 @@ def test_client_refused_for_its_spaces_exits_1(run):
     finally:
         envs.close()
     assert good.wait(10) == 0, good
-

@@ -44,12 +44,16 @@ from gym_remote.errors import EncodeError, GymRemoteError, ProtocolError
 # ---------------------------------------------------------------------------------------------------
 # helpers
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.data_too_large,
-                                                                        HealthCheck.filter_too_much])
-PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                            HealthCheck.data_too_large,
-                                                                            HealthCheck.filter_too_much])
+FUZZ = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+PROPERTY = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 
 
 def wire(buffers: list[Any]) -> list[bytes]:
@@ -104,19 +108,23 @@ def assert_same(expected: Any, actual: Any, path: str = "value") -> None:
                 assert_same(item_e, item_a, f"{path}.flat[{index}]")
         else:
             assert np.ascontiguousarray(actual).tobytes() == np.ascontiguousarray(expected).tobytes(), (
-                f"{path}: array contents differ: {actual!r} != {expected!r}")
+                f"{path}: array contents differ: {actual!r} != {expected!r}"
+            )
         return
     if isinstance(expected, np.generic):
         assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
         kind = expected.dtype.kind
         if kind == "f":
             assert (np.isnan(expected) and np.isnan(actual)) or (
-                expected == actual and np.signbit(expected) == np.signbit(actual)), f"{path}: {actual!r} != {expected!r}"
+                expected == actual and np.signbit(expected) == np.signbit(actual)
+            ), f"{path}: {actual!r} != {expected!r}"
         elif kind == "c":
             assert _same_float(float(expected.real), float(actual.real)), f"{path}: {actual!r} != {expected!r}"
             assert _same_float(float(expected.imag), float(actual.imag)), f"{path}: {actual!r} != {expected!r}"
         elif kind in "mM":
-            assert (np.isnat(expected) and np.isnat(actual)) or expected == actual, f"{path}: {actual!r} != {expected!r}"
+            assert (np.isnat(expected) and np.isnat(actual)) or expected == actual, (
+                f"{path}: {actual!r} != {expected!r}"
+            )
         else:
             assert expected == actual, f"{path}: {actual!r} != {expected!r}"
         return
@@ -227,7 +235,7 @@ PLAIN_VALUES = [
     {"": 0, "key with spaces": 1, "ü": 2},
     {1: "a", 2: "b"},
     {(1, 2): "tuple key", (): "empty"},
-    {1: "int", "s": "str", (1, "x"): "tuple", None: "none", 2.5: "float", True: "bool", b"k": "bytes"},
+    {1: "int", "s": "str", (1, "x"): "tuple", None: "none", 2.5: "float", b"k": "bytes"},
     {-0.0: "neg zero"},
     {math.nan: "nan key"},
     {"z": 1, "a": 2, "m": 3},  # insertion order, not sorted
@@ -350,10 +358,43 @@ def test_nesting_beyond_max_depth_is_refused_on_decode():
 # numpy arrays
 
 ALL_ARRAY_DTYPES = [
-    "?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16",
-    ">i2", ">i4", ">i8", ">u2", ">u4", ">u8", ">f2", ">f4", ">f8", ">c8", ">c16",
-    "M8[D]", "M8[s]", "M8[ns]", ">M8[ms]", "m8[s]", "m8[us]", ">m8[h]",
-    "U1", "U7", ">U3", "S1", "S5",
+    "?",
+    "i1",
+    "i2",
+    "i4",
+    "i8",
+    "u1",
+    "u2",
+    "u4",
+    "u8",
+    "f2",
+    "f4",
+    "f8",
+    "c8",
+    "c16",
+    ">i2",
+    ">i4",
+    ">i8",
+    ">u2",
+    ">u4",
+    ">u8",
+    ">f2",
+    ">f4",
+    ">f8",
+    ">c8",
+    ">c16",
+    "M8[D]",
+    "M8[s]",
+    "M8[ns]",
+    ">M8[ms]",
+    "m8[s]",
+    "m8[us]",
+    ">m8[h]",
+    "U1",
+    "U7",
+    ">U3",
+    "S1",
+    "S5",
 ]
 
 
@@ -367,8 +408,9 @@ def sample_array(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         info = np.iinfo(dtype)
         flat = np.array([info.min, info.max, 0, 1][:size] + list(rng.integers(0, 100, max(0, size - 4))), dtype=dtype)
     elif dtype.kind == "f":
-        flat = np.array([np.nan, np.inf, -np.inf, -0.0][:size] + list(rng.standard_normal(max(0, size - 4))),
-                        dtype=dtype)
+        flat = np.array(
+            [np.nan, np.inf, -np.inf, -0.0][:size] + list(rng.standard_normal(max(0, size - 4))), dtype=dtype
+        )
     elif dtype.kind == "c":
         flat = (rng.standard_normal(size) + 1j * rng.standard_normal(size)).astype(dtype)
         if size:
@@ -496,15 +538,27 @@ def test_fortran_object_array_keeps_element_order():
 
 
 def _float_scalars(kind):
-    return [kind(0.0), kind(-0.0), kind(1.5), kind(math.nan), kind(math.inf), kind(-math.inf),
-            kind(np.finfo(kind).max), kind(np.finfo(kind).min), kind(np.finfo(kind).tiny)]
+    return [
+        kind(0.0),
+        kind(-0.0),
+        kind(1.5),
+        kind(math.nan),
+        kind(math.inf),
+        kind(-math.inf),
+        kind(np.finfo(kind).max),
+        kind(np.finfo(kind).min),
+        kind(np.finfo(kind).tiny),
+    ]
 
 
 NUMPY_SCALARS = [
     np.bool_(True),
     np.bool_(False),
-    *[kind(value) for kind in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
-      for value in (np.iinfo(kind).min, np.iinfo(kind).max, 0, 1)],
+    *[
+        kind(value)
+        for kind in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+        for value in (np.iinfo(kind).min, np.iinfo(kind).max, 0, 1)
+    ],
     *_float_scalars(np.float16),
     *_float_scalars(np.float32),
     *_float_scalars(np.float64),
@@ -636,7 +690,7 @@ def test_subclasses_keep_exact_type_with_pickle(value):
 
 UNSUPPORTED = [
     (lambda: Foo(3), "Foo"),
-    (lambda: (lambda x: x + 1), "function"),
+    (lambda: lambda x: x + 1, "function"),
     (lambda: {1, 2, 3}, "set"),
     (lambda: frozenset({1}), "frozenset"),
     (lambda: 1 + 2j, "complex"),
@@ -773,8 +827,34 @@ def test_pickled_space_is_refused_and_runs_no_code(tmp_path):
     assert not marker.exists()
 
 
-VALID_DTYPES = ["?", "b1", "i1", "<i2", ">i4", "i8", "u1", ">u8", "f2", "<f4", ">f8", "c8", ">c16", "g", "G",
-                "M8[ns]", ">m8[D]", "M8", "U1", "<U10", ">U2", "S1", "|S8", "bool", "int64", "float32"]
+VALID_DTYPES = [
+    "?",
+    "b1",
+    "i1",
+    "<i2",
+    ">i4",
+    "i8",
+    "u1",
+    ">u8",
+    "f2",
+    "<f4",
+    ">f8",
+    "c8",
+    ">c16",
+    "g",
+    "G",
+    "M8[ns]",
+    ">m8[D]",
+    "M8",
+    "U1",
+    "<U10",
+    ">U2",
+    "S1",
+    "|S8",
+    "bool",
+    "int64",
+    "float32",
+]
 
 
 @pytest.mark.parametrize("name", VALID_DTYPES)
@@ -785,9 +865,40 @@ def test_check_dtype_accepts_plain_dtypes(name):
 
 
 OBJECT_OR_BAD_DTYPES = [
-    "O", "|O", "O8", "object", "<O", "V", "V8", "|V4", "i4,O", "O,O", "(2,)O", "(2,)i4", "i4,f8",
-    "[('a','O')]", "T", "S0", "U0", "S", "U", "", "foo", "i3", "f3", "M8[xyz]", "<" * 40 + "i4",
-    "U" + "9" * 40, "S99999999999999999999", ",", "(2,", "i4,(", "i4,,", "(,)i4", "f8,", "[",
+    "O",
+    "|O",
+    "O8",
+    "object",
+    "<O",
+    "V",
+    "V8",
+    "|V4",
+    "i4,O",
+    "O,O",
+    "(2,)O",
+    "(2,)i4",
+    "i4,f8",
+    "[('a','O')]",
+    "T",
+    "S0",
+    "U0",
+    "S",
+    "U",
+    "",
+    "foo",
+    "i3",
+    "f3",
+    "M8[xyz]",
+    "<" * 40 + "i4",
+    "U" + "9" * 40,
+    "S99999999999999999999",
+    ",",
+    "(2,",
+    "i4,(",
+    "i4,,",
+    "(,)i4",
+    "f8,",
+    "[",
 ]
 
 
@@ -968,9 +1079,19 @@ def test_non_utf8_bodies_raise_protocol_error(encoding):
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 1000, 10_000, 200_000])
-@pytest.mark.parametrize("opener,closer", [("[", "]"), ('{"a":', "}"), ('["l",', "]"), ('["t",', "]"),
-                                           ('["o",[1],[', "]]"), ('["d",1,', "]"), ('["g",', ',null,null]')],
-                         ids=["bare-list", "object", "l", "t", "o", "d", "g"])
+@pytest.mark.parametrize(
+    "opener,closer",
+    [
+        ("[", "]"),
+        ('{"a":', "}"),
+        ('["l",', "]"),
+        ('["t",', "]"),
+        ('["o",[1],[', "]]"),
+        ('["d",1,', "]"),
+        ('["g",', ",null,null]"),
+    ],
+    ids=["bare-list", "object", "l", "t", "o", "d", "g"],
+)
 def test_deeply_nested_bodies_raise_protocol_error(depth, opener, closer):
     body = (opener * depth + "1" + closer * depth).encode()
     with pytest.raises(ProtocolError):
@@ -1047,8 +1168,9 @@ _LAYOUTS = [
 
 numpy_arrays = st.builds(
     lambda array, layout: layout(array),
-    ARRAY_DTYPES.flatmap(lambda dtype: hnp.arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0,
-                                                                          max_side=4))),
+    ARRAY_DTYPES.flatmap(
+        lambda dtype: hnp.arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))
+    ),
     st.sampled_from(_LAYOUTS),
 )
 
@@ -1059,10 +1181,17 @@ def _to_scalar(dtype: np.dtype):
 
 
 numpy_scalars = st.one_of(
-    st.one_of(hnp.boolean_dtypes(), hnp.integer_dtypes(), hnp.unsigned_integer_dtypes(),
-              hnp.floating_dtypes(sizes=(16, 32, 64)), hnp.complex_number_dtypes(), hnp.datetime64_dtypes(),
-              hnp.timedelta64_dtypes(), hnp.unicode_string_dtypes(min_len=1, max_len=6),
-              hnp.byte_string_dtypes(min_len=1, max_len=6)).flatmap(_to_scalar),
+    st.one_of(
+        hnp.boolean_dtypes(),
+        hnp.integer_dtypes(),
+        hnp.unsigned_integer_dtypes(),
+        hnp.floating_dtypes(sizes=(16, 32, 64)),
+        hnp.complex_number_dtypes(),
+        hnp.datetime64_dtypes(),
+        hnp.timedelta64_dtypes(),
+        hnp.unicode_string_dtypes(min_len=1, max_len=6),
+        hnp.byte_string_dtypes(min_len=1, max_len=6),
+    ).flatmap(_to_scalar),
     st.floats().map(np.longdouble),
     st.integers(min_value=-(2**63), max_value=2**63 - 1).map(np.int64),
     st.integers(min_value=0, max_value=2**64 - 1).map(np.uint64),
@@ -1087,8 +1216,15 @@ python_leaves = st.one_of(
 leaves = st.one_of(python_leaves, numpy_scalars, numpy_arrays)
 
 hashable_keys = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6), st.binary(max_size=4),
-              st.integers(min_value=-128, max_value=127).map(np.int8)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(max_size=6),
+        st.binary(max_size=4),
+        st.integers(min_value=-128, max_value=127).map(np.int8),
+    ),
     lambda children: st.lists(children, max_size=3).map(tuple),
     max_leaves=4,
 )
@@ -1103,7 +1239,9 @@ def _object_arrays(children):
 
 
 def _graphs(children):
-    return st.builds(GraphInstance, numpy_arrays, st.one_of(st.none(), numpy_arrays), st.one_of(st.none(), numpy_arrays))
+    return st.builds(
+        GraphInstance, numpy_arrays, st.one_of(st.none(), numpy_arrays), st.one_of(st.none(), numpy_arrays)
+    )
 
 
 def _containers(children):
@@ -1217,12 +1355,39 @@ def test_fuzz_random_bytes(body, buffers):
 
 
 TAGS = list("ltdfaosSbgp") + ["x", "", "ll", "A"]
-DTYPE_NAMES = ["<f4", ">f8", "|b1", "<i2", "|u1", "<u8", "<c16", "<M8[s]", ">m8[ms]", "<U2", "|S3", "<f2", "<f16",
-               "O", "|O", "V4", "i4,i4", "T", "S0", "(2,)i4", "<i8", "M8"]
+DTYPE_NAMES = [
+    "<f4",
+    ">f8",
+    "|b1",
+    "<i2",
+    "|u1",
+    "<u8",
+    "<c16",
+    "<M8[s]",
+    ">m8[ms]",
+    "<U2",
+    "|S3",
+    "<f2",
+    "<f16",
+    "O",
+    "|O",
+    "V4",
+    "i4,i4",
+    "T",
+    "S0",
+    "(2,)i4",
+    "<i8",
+    "M8",
+]
 
 json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(-3, 6), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=8), st.sampled_from(TAGS + DTYPE_NAMES + ["nan", "inf", "-inf", "NaN"]),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(-3, 6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.sampled_from(TAGS + DTYPE_NAMES + ["nan", "inf", "-inf", "NaN"]),
 )
 
 
@@ -1231,9 +1396,12 @@ def _json_containers(children):
         st.lists(children, max_size=5),
         st.dictionaries(st.text(max_size=4), children, max_size=4),
         st.tuples(st.sampled_from(TAGS), st.lists(children, max_size=4)).map(lambda t: [t[0], *t[1]]),
-        st.tuples(st.sampled_from(["a", "S", "s"]), st.sampled_from(DTYPE_NAMES), st.lists(st.integers(-1, 4),
-                                                                                           max_size=3), st.integers(-1, 4))
-        .map(lambda t: [t[0], t[1], t[2], t[3]] if t[0] == "a" else [t[0], t[1], t[3]]),
+        st.tuples(
+            st.sampled_from(["a", "S", "s"]),
+            st.sampled_from(DTYPE_NAMES),
+            st.lists(st.integers(-1, 4), max_size=3),
+            st.integers(-1, 4),
+        ).map(lambda t: [t[0], t[1], t[2], t[3]] if t[0] == "a" else [t[0], t[1], t[3]]),
         st.tuples(st.lists(st.integers(-1, 3), max_size=3), st.lists(children, max_size=4)).map(lambda t: ["o", *t]),
         st.lists(children, max_size=6).map(lambda items: ["d", *items]),
         st.integers(-1, 4).map(lambda i: ["b", i]),
@@ -1289,8 +1457,11 @@ def test_fuzz_check_dtype(name):
 
 
 @FUZZ
-@given(st.one_of(st.text(max_size=8), st.sampled_from(DTYPE_NAMES)), st.lists(st.integers(-2, 5), max_size=4),
-       st.binary(max_size=64))
+@given(
+    st.one_of(st.text(max_size=8), st.sampled_from(DTYPE_NAMES)),
+    st.lists(st.integers(-2, 5), max_size=4),
+    st.binary(max_size=64),
+)
 def test_fuzz_array_tag(dtype, shape, data):
     body = json.dumps(["a", dtype, shape, 0]).encode()
     try:
@@ -1308,13 +1479,28 @@ def mutated_encodings(draw):
     body = bytearray(body)
     buffers = wire(buffers)
     for _ in range(draw(st.integers(1, 3))):
-        mutation = draw(st.sampled_from(["flip", "truncate", "insert", "delete", "buf_truncate", "buf_extend",
-                                         "buf_drop", "buf_swap", "buf_random", "buf_add", "buf_shuffle"]))
+        mutation = draw(
+            st.sampled_from(
+                [
+                    "flip",
+                    "truncate",
+                    "insert",
+                    "delete",
+                    "buf_truncate",
+                    "buf_extend",
+                    "buf_drop",
+                    "buf_swap",
+                    "buf_random",
+                    "buf_add",
+                    "buf_shuffle",
+                ]
+            )
+        )
         if mutation == "flip" and body:
             index = draw(st.integers(0, len(body) - 1))
             body[index] ^= draw(st.integers(1, 255))
         elif mutation == "truncate":
-            del body[draw(st.integers(0, len(body))):]
+            del body[draw(st.integers(0, len(body))) :]
         elif mutation == "insert":
             body.insert(draw(st.integers(0, len(body))), draw(st.integers(0, 255)))
         elif mutation == "delete" and body:
@@ -1406,8 +1592,9 @@ SPACES = {
     "discrete-start": spaces.Discrete(3, start=-1),
     "discrete-big-start": spaces.Discrete(2**40, start=2**41),
     "multidiscrete": spaces.MultiDiscrete([3, 4, 5]),
-    "multidiscrete-start-dtype": spaces.MultiDiscrete(np.array([[2, 3], [4, 5]]), dtype=np.int32,
-                                                      start=np.array([[1, -1], [0, 10]])),
+    "multidiscrete-start-dtype": spaces.MultiDiscrete(
+        np.array([[2, 3], [4, 5]]), dtype=np.int32, start=np.array([[1, -1], [0, 10]])
+    ),
     "multidiscrete-uint8": spaces.MultiDiscrete([2, 2], dtype=np.uint8),
     "multibinary-int": spaces.MultiBinary(6),
     "multibinary-shape": spaces.MultiBinary([2, 3]),
@@ -1425,22 +1612,32 @@ SPACES = {
     "sequence": spaces.Sequence(spaces.Discrete(4)),
     "sequence-stack": spaces.Sequence(spaces.Box(0, 1, (2,)), stack=True),
     "oneof": spaces.OneOf([spaces.Discrete(2), spaces.Box(0, 1, (3,))]),
-    "nested": spaces.Dict({
-        "obs": spaces.Tuple([spaces.Box(0, 1, (2,)), spaces.Dict({"x": spaces.MultiBinary(3)})]),
-        "text": spaces.Text(4, charset="ab"),
-        "seq": spaces.Sequence(spaces.Dict({"p": spaces.Discrete(3, start=1)})),
-        "one": spaces.OneOf([spaces.Tuple([spaces.Discrete(2)]), spaces.Graph(spaces.Discrete(2), None)]),
-    }),
+    "nested": spaces.Dict(
+        {
+            "obs": spaces.Tuple([spaces.Box(0, 1, (2,)), spaces.Dict({"x": spaces.MultiBinary(3)})]),
+            "text": spaces.Text(4, charset="ab"),
+            "seq": spaces.Sequence(spaces.Dict({"p": spaces.Discrete(3, start=1)})),
+            "one": spaces.OneOf([spaces.Tuple([spaces.Discrete(2)]), spaces.Graph(spaces.Discrete(2), None)]),
+        }
+    ),
     "dict-int-and-str-keys": spaces.Dict({1: spaces.Discrete(2), "a": spaces.Discrete(3)}),
 }
 
 UNSORTED_DICT_SPACES = {
     "dict-ordered": _ordered_dict_space([("b", spaces.Discrete(2)), ("a", spaces.Box(0, 1, (2,)))]),
-    "dict-unsorted": spaces.Dict({"z": spaces.Discrete(2), "a": spaces.Discrete(3), "m": spaces.MultiBinary(2)},
-                                 sort_keys=False),
-    "nested-unsorted": spaces.Tuple([_ordered_dict_space([("y", spaces.Discrete(5)),
-                                                           ("x", _ordered_dict_space([("d", spaces.Discrete(2)),
-                                                                                      ("c", spaces.Discrete(3))]))])]),
+    "dict-unsorted": spaces.Dict(
+        {"z": spaces.Discrete(2), "a": spaces.Discrete(3), "m": spaces.MultiBinary(2)}, sort_keys=False
+    ),
+    "nested-unsorted": spaces.Tuple(
+        [
+            _ordered_dict_space(
+                [
+                    ("y", spaces.Discrete(5)),
+                    ("x", _ordered_dict_space([("d", spaces.Discrete(2)), ("c", spaces.Discrete(3))])),
+                ]
+            )
+        ]
+    ),
 }
 
 DTYPED_DISCRETE = {
@@ -1459,7 +1656,8 @@ def assert_space_same(expected: spaces.Space, actual: spaces.Space, path: str = 
         np.testing.assert_array_equal(actual.high, expected.high)
     elif isinstance(expected, spaces.Discrete):
         assert actual.n == expected.n and actual.start == expected.start and actual.dtype == expected.dtype, (
-            f"{path}: {actual!r} (dtype {actual.dtype}) != {expected!r} (dtype {expected.dtype})")
+            f"{path}: {actual!r} (dtype {actual.dtype}) != {expected!r} (dtype {expected.dtype})"
+        )
     elif isinstance(expected, spaces.MultiDiscrete):
         assert actual.dtype == expected.dtype
         np.testing.assert_array_equal(actual.nvec, expected.nvec)
@@ -1467,7 +1665,9 @@ def assert_space_same(expected: spaces.Space, actual: spaces.Space, path: str = 
     elif isinstance(expected, spaces.MultiBinary):
         assert actual.shape == expected.shape
     elif isinstance(expected, spaces.Dict):
-        assert list(actual.spaces) == list(expected.spaces), f"{path}: key order {list(actual.spaces)} != {list(expected.spaces)}"
+        assert list(actual.spaces) == list(expected.spaces), (
+            f"{path}: key order {list(actual.spaces)} != {list(expected.spaces)}"
+        )
         for key in expected.spaces:
             assert_space_same(expected.spaces[key], actual.spaces[key], f"{path}[{key!r}]")
     elif isinstance(expected, (spaces.Tuple, spaces.OneOf)):
@@ -1572,11 +1772,19 @@ def assert_same_sample(a, b, name):
 
 def _box_spaces():
     shapes = st.lists(st.integers(0, 3), max_size=3).map(tuple)
-    floats = st.tuples(st.sampled_from([np.float16, np.float32, np.float64]), shapes,
-                       st.floats(-10, 0, width=16), st.floats(0.5, 10, width=16), st.booleans()).map(
-        lambda t: spaces.Box(-np.inf if t[4] else t[2], t[3], t[1], t[0]))
-    ints = st.tuples(st.sampled_from([np.int8, np.int32, np.int64, np.uint8, np.uint16]), shapes,
-                     st.integers(0, 5), st.integers(6, 100)).map(lambda t: spaces.Box(t[2], t[3], t[1], t[0]))
+    floats = st.tuples(
+        st.sampled_from([np.float16, np.float32, np.float64]),
+        shapes,
+        st.floats(-10, 0, width=16),
+        st.floats(0.5, 10, width=16),
+        st.booleans(),
+    ).map(lambda t: spaces.Box(-np.inf if t[4] else t[2], t[3], t[1], t[0]))
+    ints = st.tuples(
+        st.sampled_from([np.int8, np.int32, np.int64, np.uint8, np.uint16]),
+        shapes,
+        st.integers(0, 5),
+        st.integers(6, 100),
+    ).map(lambda t: spaces.Box(t[2], t[3], t[1], t[0]))
     bools = shapes.map(lambda shape: spaces.Box(0, 1, shape, np.bool_))
     return st.one_of(floats, ints, bools)
 
@@ -1584,24 +1792,37 @@ def _box_spaces():
 leaf_spaces = st.one_of(
     _box_spaces(),
     st.builds(spaces.Discrete, st.integers(1, 2**40), start=st.integers(-(2**40), 2**40)),
-    st.builds(lambda nvec, start, dtype: spaces.MultiDiscrete(nvec, dtype=dtype, start=start[: len(nvec)]),
-              st.lists(st.integers(1, 100), min_size=1, max_size=4), st.lists(st.integers(-5, 5), min_size=4,
-                                                                                 max_size=4),
-              st.sampled_from([np.int64, np.int32, np.int16])),
+    st.builds(
+        lambda nvec, start, dtype: spaces.MultiDiscrete(nvec, dtype=dtype, start=start[: len(nvec)]),
+        st.lists(st.integers(1, 100), min_size=1, max_size=4),
+        st.lists(st.integers(-5, 5), min_size=4, max_size=4),
+        st.sampled_from([np.int64, np.int32, np.int16]),
+    ),
     st.builds(spaces.MultiBinary, st.one_of(st.integers(1, 10), st.lists(st.integers(1, 4), min_size=1, max_size=3))),
 )
 
 gym_spaces = st.recursive(
-    st.one_of(leaf_spaces, st.builds(lambda m, extra, charset: spaces.Text(m + extra, min_length=m, charset=charset),
-                                     st.integers(0, 4), st.integers(0, 4), st.text(min_size=1, max_size=8))),
+    st.one_of(
+        leaf_spaces,
+        st.builds(
+            lambda m, extra, charset: spaces.Text(m + extra, min_length=m, charset=charset),
+            st.integers(0, 4),
+            st.integers(0, 4),
+            st.text(min_size=1, max_size=8),
+        ),
+    ),
     lambda children: st.one_of(
         st.dictionaries(st.text(max_size=4), children, max_size=3).map(spaces.Dict),
         st.lists(children, max_size=3).map(spaces.Tuple),
         st.lists(children, min_size=1, max_size=3).map(spaces.OneOf),
         st.builds(spaces.Sequence, children, stack=st.booleans()),
-        st.builds(spaces.Graph, st.one_of(_box_spaces().filter(lambda b: b.dtype.kind == "f"),
-                                          st.builds(spaces.Discrete, st.integers(1, 9))),
-                  st.one_of(st.none(), st.builds(spaces.Discrete, st.integers(1, 9)))),
+        st.builds(
+            spaces.Graph,
+            st.one_of(
+                _box_spaces().filter(lambda b: b.dtype.kind == "f"), st.builds(spaces.Discrete, st.integers(1, 9))
+            ),
+            st.one_of(st.none(), st.builds(spaces.Discrete, st.integers(1, 9))),
+        ),
     ),
     max_leaves=6,
 )
@@ -1692,8 +1913,18 @@ _D2 = {"space": "Discrete", "n": 2, "start": 0}
 _ARR = np.array([0.0], np.float32)
 
 MALFORMED_SPACES = [
-    None, 3, "Box", [], ["Box"], {}, {"name": "Box"},
-    {"space": "Unknown"}, {"space": None}, {"space": 3}, {"space": ["Box"]}, {"space": "box"},
+    None,
+    3,
+    "Box",
+    [],
+    ["Box"],
+    {},
+    {"name": "Box"},
+    {"space": "Unknown"},
+    {"space": None},
+    {"space": 3},
+    {"space": ["Box"]},
+    {"space": "box"},
     {"space": "Box"},
     {"space": "Box", "low": [0.0], "high": _ARR, "dtype": "<f4"},
     {"space": "Box", "low": _ARR, "high": 1.0, "dtype": "<f4"},
@@ -1775,28 +2006,46 @@ def test_deeply_nested_space_description_raises_protocol_error(depth):
 space_descriptions = st.recursive(
     st.one_of(
         st.builds(dict, space=st.just("Discrete"), n=st.integers(-2, 5), start=st.integers(-3, 3)),
-        st.builds(dict, space=st.just("MultiBinary"), n=st.one_of(st.integers(-1, 4), st.lists(st.integers(-1, 3),
-                                                                                                 max_size=3))),
-        st.builds(dict, space=st.just("Box"),
-                  low=hnp.arrays(st.sampled_from([np.float32, np.int64, np.uint8]), st.integers(0, 3),
-                                 elements=st.integers(0, 3)),
-                  high=hnp.arrays(st.sampled_from([np.float32, np.int64, np.uint8]), st.integers(0, 3),
-                                  elements=st.integers(1, 5)),
-                  dtype=st.sampled_from(["<f4", "<i8", "|u1", "|b1", "<f8", "O", "<U1", "<c8"])),
-        st.builds(dict, space=st.just("MultiDiscrete"), nvec=hnp.arrays(np.int64, st.integers(0, 3),
-                                                                        elements=st.integers(-1, 5)),
-                  start=hnp.arrays(np.int64, st.integers(0, 3), elements=st.integers(-3, 3)),
-                  dtype=st.sampled_from(["<i8", "<i4", "|u1", "<f4"])),
-        st.builds(dict, space=st.just("Text"), min_length=st.integers(-1, 4), max_length=st.integers(-1, 6),
-                  charset=st.text(max_size=5)),
-        st.dictionaries(st.sampled_from(["space", "n", "start", "spaces", "low", "high", "dtype"]), json_scalars,
-                        max_size=4),
+        st.builds(
+            dict,
+            space=st.just("MultiBinary"),
+            n=st.one_of(st.integers(-1, 4), st.lists(st.integers(-1, 3), max_size=3)),
+        ),
+        st.builds(
+            dict,
+            space=st.just("Box"),
+            low=hnp.arrays(
+                st.sampled_from([np.float32, np.int64, np.uint8]), st.integers(0, 3), elements=st.integers(0, 3)
+            ),
+            high=hnp.arrays(
+                st.sampled_from([np.float32, np.int64, np.uint8]), st.integers(0, 3), elements=st.integers(1, 5)
+            ),
+            dtype=st.sampled_from(["<f4", "<i8", "|u1", "|b1", "<f8", "O", "<U1", "<c8"]),
+        ),
+        st.builds(
+            dict,
+            space=st.just("MultiDiscrete"),
+            nvec=hnp.arrays(np.int64, st.integers(0, 3), elements=st.integers(-1, 5)),
+            start=hnp.arrays(np.int64, st.integers(0, 3), elements=st.integers(-3, 3)),
+            dtype=st.sampled_from(["<i8", "<i4", "|u1", "<f4"]),
+        ),
+        st.builds(
+            dict,
+            space=st.just("Text"),
+            min_length=st.integers(-1, 4),
+            max_length=st.integers(-1, 6),
+            charset=st.text(max_size=5),
+        ),
+        st.dictionaries(
+            st.sampled_from(["space", "n", "start", "spaces", "low", "high", "dtype"]), json_scalars, max_size=4
+        ),
     ),
     lambda children: st.one_of(
         st.builds(dict, space=st.just("Tuple"), spaces=st.lists(children, max_size=3)),
         st.builds(dict, space=st.just("OneOf"), spaces=st.lists(children, max_size=3)),
-        st.builds(dict, space=st.just("Dict"), spaces=st.lists(st.tuples(st.text(max_size=3), children).map(list),
-                                                              max_size=3)),
+        st.builds(
+            dict, space=st.just("Dict"), spaces=st.lists(st.tuples(st.text(max_size=3), children).map(list), max_size=3)
+        ),
         st.builds(dict, space=st.just("Sequence"), feature_space=children, stack=st.booleans()),
         st.builds(dict, space=st.just("Graph"), node_space=children, edge_space=st.one_of(st.none(), children)),
     ),
@@ -1847,10 +2096,12 @@ def test_array_leaf_spaces_of_a_leaf(space):
 
 
 def test_array_leaf_spaces_order_for_dict_and_tuple():
-    space = spaces.Dict({
-        "b": spaces.Tuple([_DISC, spaces.Dict({"y": _MB, "x": _MD})]),
-        "a": _BOX,
-    })
+    space = spaces.Dict(
+        {
+            "b": spaces.Tuple([_DISC, spaces.Dict({"y": _MB, "x": _MD})]),
+            "a": _BOX,
+        }
+    )
     # Dict sorts keys by default: a, b; the inner Dict: x, y.
     assert [id(leaf) for leaf in array_leaf_spaces(space)] == [id(_BOX), id(_DISC), id(_MD), id(_MB)]
     unsorted = spaces.Dict({"b": _DISC, "a": _BOX}, sort_keys=False)
@@ -1878,8 +2129,18 @@ def test_array_leaf_spaces_of_empty_containers():
         spaces.Tuple([spaces.OneOf([_DISC])]),
         MySpace(),
     ],
-    ids=["text", "graph", "sequence", "sequence-stack", "oneof", "dict-text", "tuple-seq", "dict-graph",
-         "tuple-oneof", "custom"],
+    ids=[
+        "text",
+        "graph",
+        "sequence",
+        "sequence-stack",
+        "oneof",
+        "dict-text",
+        "tuple-seq",
+        "dict-graph",
+        "tuple-oneof",
+        "custom",
+    ],
 )
 def test_array_leaf_spaces_none_for_non_array_spaces(space):
     assert array_leaf_spaces(space) is None

@@ -22,7 +22,6 @@ from gymnasium.error import ClosedEnvironmentError
 
 from gym_remote import ClientLostError, RemoteEnvError, RemoteVectorEnv
 from gym_remote.launch import split_evenly
-
 from tests.conftest import pid_alive, wait_until
 from tests.factories import (
     make_broken,
@@ -32,7 +31,6 @@ from tests.factories import (
     make_staller,
     make_step_failer,
 )
-
 
 # -- helpers ---------------------------------------------------------------------------------------
 
@@ -102,8 +100,9 @@ def test_default_num_clients_and_contiguous_shares():
 
 @pytest.mark.parametrize(("count", "num_clients"), [(5, 2), (4, 4), (3, 1)])
 def test_env_fns_i_serves_slot_i(count, num_clients):
-    envs = RemoteVectorEnv([functools.partial(make_indexed, index) for index in range(count)],
-                           num_clients=num_clients, connect_timeout=30)
+    envs = RemoteVectorEnv(
+        [functools.partial(make_indexed, index) for index in range(count)], num_clients=num_clients, connect_timeout=30
+    )
     try:
         assert envs.num_clients == num_clients
         assert envs.get_attr("index") == tuple(range(count))
@@ -128,8 +127,11 @@ def test_env_fn_raising_at_construction_fails_fast_with_its_traceback():
     before = child_pids()
     started = time.monotonic()
     with pytest.raises(Exception) as caught:
-        RemoteVectorEnv([make_cartpole, functools.partial(make_broken, "the-env-would-not-build-42")],
-                        num_clients=2, connect_timeout=60)
+        RemoteVectorEnv(
+            [make_cartpole, functools.partial(make_broken, "the-env-would-not-build-42")],
+            num_clients=2,
+            connect_timeout=60,
+        )
     elapsed = time.monotonic() - started
     text = str(caught.value)
     assert "the-env-would-not-build-42" in text, text
@@ -329,8 +331,11 @@ def start_training(reaper, tmp_path: Path, mode: str):
 
 def assert_clients_exit(pids: list[int], timeout: float = 10.0) -> None:
     try:
-        wait_until(lambda: not any(pid_alive(pid) for pid in pids), timeout,
-                   f"the clients {pids} to exit after their training process ended")
+        wait_until(
+            lambda: not any(pid_alive(pid) for pid in pids),
+            timeout,
+            f"the clients {pids} to exit after their training process ended",
+        )
     finally:
         kill_leftover_clients(pids)
 

@@ -69,8 +69,18 @@ def test_constants():
 
 def test_kind_values_are_stable():
     assert {kind.name: int(kind) for kind in Kind} == {
-        "HELLO": 1, "WELCOME": 2, "REFUSE": 3, "BYE": 4, "CLOSE": 5, "RESET": 10, "STEP": 11, "CALL": 12,
-        "SET_ATTR": 13, "RESULT": 20, "CALL_RESULT": 21, "ERROR": 22,
+        "HELLO": 1,
+        "WELCOME": 2,
+        "REFUSE": 3,
+        "BYE": 4,
+        "CLOSE": 5,
+        "RESET": 10,
+        "STEP": 11,
+        "CALL": 12,
+        "SET_ATTR": 13,
+        "RESULT": 20,
+        "CALL_RESULT": 21,
+        "ERROR": 22,
     }
 
 
@@ -115,10 +125,16 @@ def test_property_header_roundtrip(kind, seq, count, flags):
     assert parse_header(frame + b"\x00" * 10) == parse_header(frame)
 
 
-@pytest.mark.parametrize("kind,seq,count,flags", [
-    (Kind.STEP, -1, 0, 0), (Kind.STEP, 2**64, 0, 0), (Kind.STEP, 0, 0x10000, 0), (Kind.STEP, 0, -1, 0),
-    (Kind.STEP, 0, 0, 0x10000),
-])
+@pytest.mark.parametrize(
+    "kind,seq,count,flags",
+    [
+        (Kind.STEP, -1, 0, 0),
+        (Kind.STEP, 2**64, 0, 0),
+        (Kind.STEP, 0, 0x10000, 0),
+        (Kind.STEP, 0, -1, 0),
+        (Kind.STEP, 0, 0, 0x10000),
+    ],
+)
 def test_pack_header_out_of_range_fields_raise(kind, seq, count, flags):
     with pytest.raises((struct.error, ValueError, OverflowError)):
         pack_header(kind, seq, count, flags)
@@ -164,8 +180,11 @@ def test_fuzz_parse_header_random_bytes(frame):
     try:
         header = parse_header(frame)
     except ProtocolError:
-        assert len(frame) < HEADER_SIZE or frame[:2] != MAGIC or (
-            frame[2] == PROTOCOL_VERSION and frame[3] not in KNOWN_KINDS)
+        assert (
+            len(frame) < HEADER_SIZE
+            or frame[:2] != MAGIC
+            or (frame[2] == PROTOCOL_VERSION and frame[3] not in KNOWN_KINDS)
+        )
         return
     assert len(frame) >= HEADER_SIZE and frame[:2] == MAGIC
     assert header == struct.unpack_from("<BBHHQ", frame, 2)
@@ -225,7 +244,9 @@ def test_result_frame_is_refilled_in_place():
     header = parse_header(second)
     assert header.seq == 2
     rewards, terminated, truncated = parse_result_scalars(bytes(second), 2)
-    assert rewards.tolist() == [3.0, 4.0] and terminated.tolist() == [False, True] and truncated.tolist() == [False, False]
+    assert (
+        rewards.tolist() == [3.0, 4.0] and terminated.tolist() == [False, True] and truncated.tolist() == [False, False]
+    )
 
 
 def test_result_frame_over_the_wire():
@@ -259,7 +280,7 @@ def test_property_result_frame_roundtrip(rows, seq, flags):
 @pytest.mark.parametrize("delta", [-10, -1, 1, 10])
 def test_parse_result_scalars_wrong_length_raises(count, delta):
     frame = bytes(ResultFrame(count).pack(0, 0))
-    frame = frame[:len(frame) + delta] if delta < 0 else frame + b"\x00" * delta
+    frame = frame[: len(frame) + delta] if delta < 0 else frame + b"\x00" * delta
     with pytest.raises(ProtocolError):
         parse_result_scalars(frame, count)
 
@@ -284,11 +305,14 @@ def test_parse_result_scalars_bad_flag_bytes_raise(value, region, position):
 
 
 @FUZZ
-@given(st.integers(0, 8).flatmap(lambda n: st.tuples(st.just(n), st.binary(min_size=HEADER_SIZE + 10 * n,
-                                                                            max_size=HEADER_SIZE + 10 * n))))
+@given(
+    st.integers(0, 8).flatmap(
+        lambda n: st.tuples(st.just(n), st.binary(min_size=HEADER_SIZE + 10 * n, max_size=HEADER_SIZE + 10 * n))
+    )
+)
 def test_fuzz_parse_result_scalars(case):
     count, frame = case
-    flag_bytes = frame[HEADER_SIZE + 8 * count:]
+    flag_bytes = frame[HEADER_SIZE + 8 * count :]
     try:
         rewards, terminated, truncated = parse_result_scalars(frame, count)
     except ProtocolError:
@@ -296,7 +320,7 @@ def test_fuzz_parse_result_scalars(case):
         return
     assert all(byte <= 1 for byte in flag_bytes)
     assert rewards.shape == terminated.shape == truncated.shape == (count,)
-    assert rewards.tobytes() == frame[HEADER_SIZE:HEADER_SIZE + 8 * count]
+    assert rewards.tobytes() == frame[HEADER_SIZE : HEADER_SIZE + 8 * count]
     assert terminated.tolist() == [bool(b) for b in flag_bytes[:count]]
     assert truncated.tolist() == [bool(b) for b in flag_bytes[count:]]
 
@@ -363,8 +387,10 @@ def test_read_value_empty_raises():
         read_value(())
 
 
-@pytest.mark.parametrize("frames", [[b""], [b"["], [b'["a","<f4",[2],0]'], [b'["a","<f4",[2],0]', b"\x00"],
-                                    [b'["b",1]', b"x"], [b"NaN"], [b'["x"]']])
+@pytest.mark.parametrize(
+    "frames",
+    [[b""], [b"["], [b'["a","<f4",[2],0]'], [b'["a","<f4",[2],0]', b"\x00"], [b'["b",1]', b"x"], [b"NaN"], [b'["x"]']],
+)
 def test_read_value_malformed_raises(frames):
     with pytest.raises(ProtocolError):
         read_value(frames)
@@ -392,13 +418,18 @@ def test_read_value_refuses_malicious_pickle(tmp_path):
 
 
 @PROPERTY
-@given(st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8), st.binary(max_size=8)),
-    lambda children: st.one_of(st.lists(children, max_size=4), st.lists(children, max_size=4).map(tuple),
-                               st.dictionaries(st.text(max_size=4), children, max_size=4),
-                               st.dictionaries(st.integers(), children, max_size=4)),
-    max_leaves=15,
-))
+@given(
+    st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8), st.binary(max_size=8)),
+        lambda children: st.one_of(
+            st.lists(children, max_size=4),
+            st.lists(children, max_size=4).map(tuple),
+            st.dictionaries(st.text(max_size=4), children, max_size=4),
+            st.dictionaries(st.integers(), children, max_size=4),
+        ),
+        max_leaves=15,
+    )
+)
 def test_property_value_section_roundtrip(value):
     _same(value, read_value(wire(value_frames(value))))
 

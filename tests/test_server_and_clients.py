@@ -22,9 +22,7 @@ from gymnasium.vector.utils import batch_space
 
 import gym_remote
 from gym_remote import EnvClient, JoinRefusedError, RemoteTimeoutError, RemoteVectorEnv
-
 from tests.conftest import free_tcp_address, wait_until
-
 from tests.factories import make_cartpole
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -41,8 +39,9 @@ class CliClient:
         self.stdout_path = tmp_path / f"{name}.out"
         self.stderr_path = tmp_path / f"{name}.err"
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
-            self.process = reaper.cli("--log-level", log_level, "client", address, "--name", name, *args,
-                                      stdout=out, stderr=err)
+            self.process = reaper.cli(
+                "--log-level", log_level, "client", address, "--name", name, *args, stdout=out, stderr=err
+            )
 
     @property
     def stderr(self) -> str:
@@ -56,8 +55,20 @@ class CliClient:
 
 
 def cartpole_client(reaper, tmp_path, name, address, num_envs=2, *extra, **kwargs) -> CliClient:
-    return CliClient(reaper, tmp_path, name, address, "--env", "CartPole-v1", "--num-envs", str(num_envs),
-                     "--connect-timeout", "30", *extra, **kwargs)
+    return CliClient(
+        reaper,
+        tmp_path,
+        name,
+        address,
+        "--env",
+        "CartPole-v1",
+        "--num-envs",
+        str(num_envs),
+        "--connect-timeout",
+        "30",
+        *extra,
+        **kwargs,
+    )
 
 
 class ThreadClient:
@@ -208,8 +219,10 @@ def test_explicit_spaces_need_no_client(reaper, tmp_path):
         assert envs.action_space == batch_space(CARTPOLE_ACT, 3)
         assert time.monotonic() - started < 5  # no waiting for a client
         assert envs.num_clients == 0
-        clients = [cartpole_client(reaper, tmp_path, "two", envs.address, 2),
-                   cartpole_client(reaper, tmp_path, "one", envs.address, 1)]
+        clients = [
+            cartpole_client(reaper, tmp_path, "two", envs.address, 2),
+            cartpole_client(reaper, tmp_path, "one", envs.address, 1),
+        ]
         full_rollout(envs, steps=200, seed=7)
         assert envs.num_clients == 2
     finally:
@@ -264,8 +277,7 @@ def test_reset_times_out_saying_how_many_slots_are_served(thread_clients):
 
 
 def test_reset_times_out_with_no_client_at_all():
-    envs = RemoteVectorEnv(num_envs=3, observation_space=CARTPOLE_OBS, action_space=CARTPOLE_ACT,
-                           connect_timeout=1.0)
+    envs = RemoteVectorEnv(num_envs=3, observation_space=CARTPOLE_OBS, action_space=CARTPOLE_ACT, connect_timeout=1.0)
     try:
         started = time.monotonic()
         with pytest.raises(RemoteTimeoutError, match=r"\b0 of 3 slots\b"):
@@ -319,8 +331,7 @@ def test_cli_client_with_other_spaces_is_refused(reaper, tmp_path):
     envs = RemoteVectorEnv(num_envs=2, observation_space=CARTPOLE_OBS, action_space=CARTPOLE_ACT, connect_timeout=30)
     try:
         good = cartpole_client(reaper, tmp_path, "good", envs.address, 2)
-        bad = CliClient(reaper, tmp_path, "pendulum", envs.address, "--env", "Pendulum-v1",
-                        "--connect-timeout", "30")
+        bad = CliClient(reaper, tmp_path, "pendulum", envs.address, "--env", "Pendulum-v1", "--connect-timeout", "30")
         envs.reset(seed=0)
         # keep the server busy (handling joins) until the refused client gave up
         step_until(envs, lambda: bad.process.poll() is not None, 30, "the Pendulum client to exit")
