@@ -397,15 +397,30 @@ class EnvClient:
             extra["final"] = finals
         frames: list[Any] = [hosted.result.pack(seq, FLAG_VALUE if extra else 0), *hosted.observation_frames]
         if extra:
-            frames += protocol.value_frames(extra, allow_pickle=self._trusted, what="the step result")
+            try:
+                frames += protocol.value_frames(extra, allow_pickle=self._trusted, label=self._result_label)
+            except EncodeError as error:
+                hosted.failed_index = error.path[1][0]  # the env whose value cannot travel
+                raise
         transport.send_frames(self._socket, frames)
 
+    def _result_label(self, path: tuple[tuple[Any, str], ...]) -> str:
+        field, index = path[0][0], path[1][0]
+        if field == "final":
+            part = "observation" if path[2][0] == 0 else "info"
+            return f"the final {part} of slot {self.slots[index]}{protocol.path_text(path[3:])}"
+        part = {"infos": "info", "obs": "observation"}.get(field, field)
+        return f"the {part} of slot {self.slots[index]}{protocol.path_text(path[2:])}"
+
     def _send_call_result(self, seq: int, results: list[Any] | None) -> None:
-        self._socket.send_multipart(
-            protocol.message(
-                Kind.CALL_RESULT, {"results": results}, seq=seq, allow_pickle=self._trusted, what="the call result"
-            )
+        message = protocol.message(
+            Kind.CALL_RESULT,
+            {"results": results},
+            seq=seq,
+            allow_pickle=self._trusted,
+            label=lambda path: f"the result of slot {self.slots[path[1][0]]}{protocol.path_text(path[2:])}",
         )
+        self._socket.send_multipart(message)
 
     def _send_error(self, seq: int, error: BaseException, index: int | None) -> None:
         report = {

@@ -16,9 +16,11 @@ The exact Python and numpy types survive the round trip (``int`` stays ``int``, 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,7 +59,7 @@ class _Unencodable(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.path: list[str] = []
+        self.path: list[tuple[Any, str]] = []  # innermost first while it travels outwards
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -80,8 +82,9 @@ def encode(value: Any, *, allow_pickle: bool = False, what: str = "value") -> tu
     try:
         tree = _Encoder(buffers, allow_pickle).value(value, 0)
     except _Unencodable as failure:
-        where = what + "".join(reversed(failure.path))
-        raise EncodeError(f"cannot send {where}: {failure.reason}") from None
+        path = tuple(reversed(failure.path))
+        where = what + "".join(text for _, text in path)
+        raise EncodeError(f"cannot send {where}: {failure.reason}", reason=failure.reason, path=path) from None
     # ASCII JSON: lone surrogates in str survive as \u escapes, and the body is valid UTF-8 anyway.
     body = json.dumps(tree, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return body.encode("ascii"), buffers
@@ -117,7 +120,7 @@ class _Encoder:
         if kind is GraphInstance:
             return [
                 "g",
-                *(self.item(part, name, depth) for name, part in zip((".nodes", ".edges", ".edge_links"), value)),
+                *(self.item(part, name, f".{name}", depth) for name, part in zip(value._fields, value)),
             ]
         if isinstance(value, (bytes, bytearray, memoryview)):
             return ["b", self.add_buffer(bytes(value))]
@@ -126,29 +129,29 @@ class _Encoder:
             return self.container(value, depth)
         return self.pickle(value, f"values of type {kind.__module__}.{kind.__qualname__}")
 
-    def item(self, value: Any, path: str, depth: int) -> Any:
+    def item(self, value: Any, key: Any, text: str, depth: int) -> Any:
         try:
             return self.value(value, depth + 1)
         except _Unencodable as failure:
-            failure.path.append(path)
+            failure.path.append((key, text))
             raise
 
     def container(self, value: Any, depth: int) -> Any:
         if isinstance(value, dict):
             if all(type(key) is str for key in value):
-                return {key: self.item(item, f"[{key!r}]", depth) for key, item in value.items()}
+                return {key: self.item(item, key, f"[{key!r}]", depth) for key, item in value.items()}
             tree: list[Any] = ["d"]
             for key, item in value.items():
-                tree.append(self.item(key, f" (key {key!r})", depth))
-                tree.append(self.item(item, f"[{key!r}]", depth))
+                tree.append(self.item(key, key, f" (key {key!r})", depth))
+                tree.append(self.item(item, key, f"[{key!r}]", depth))
             return tree
         tag = "l" if isinstance(value, list) else "t"
-        return [tag, *(self.item(item, f"[{index}]", depth) for index, item in enumerate(value))]
+        return [tag, *(self.item(item, index, f"[{index}]", depth) for index, item in enumerate(value))]
 
     def array(self, array: np.ndarray, depth: int) -> Any:
         dtype = array.dtype
         if dtype == np.dtype(object):
-            items = [self.item(item, f"[{index}]", depth) for index, item in enumerate(array.ravel())]
+            items = [self.item(item, index, f"[{index}]", depth) for index, item in enumerate(array.ravel())]
             return ["o", list(array.shape), items]
         if not dtype_travels(dtype):
             return self.pickle(array, f"numpy arrays of dtype {dtype}")
@@ -385,8 +388,15 @@ def check_dtype(name: Any) -> np.dtype:
     """
     if type(name) is not str or not _DTYPE_PATTERN.fullmatch(name):
         raise ProtocolError(f"malformed value: bad dtype {_preview(name)}")
+    return _parse_dtype(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_dtype(name: str) -> np.dtype:
     try:
-        dtype = np.dtype(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # deprecated aliases are refused, not warned about
+            dtype = np.dtype(name)
     except Exception:  # numpy raises several types for strings it cannot parse
         raise ProtocolError(f"malformed value: unknown dtype {name!r}") from None
     if not dtype_travels(dtype):

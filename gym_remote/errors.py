@@ -23,7 +23,18 @@ class GymRemoteError(Exception):
 
 
 class EncodeError(GymRemoteError, TypeError):
-    """A value cannot be put on the wire without pickle; the message names the value and its place."""
+    """A value cannot be put on the wire without pickle; the message names the value and its place.
+
+    Attributes:
+        reason: why the value cannot travel.
+        path: where it sits in what was sent, outermost first, as ``(key, text)`` pairs: the key or
+            index itself, and how it reads in the message (``"['stats']"``, ``"[1]"``).
+    """
+
+    def __init__(self, message: str, *, reason: str = "", path: tuple[tuple[object, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+        self.path = path
 
 
 class ProtocolError(GymRemoteError, ValueError):

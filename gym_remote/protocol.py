@@ -15,13 +15,13 @@ from __future__ import annotations
 import enum
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from gym_remote import codec
-from gym_remote.errors import ProtocolError
+from gym_remote.errors import EncodeError, ProtocolError
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -39,6 +39,7 @@ __all__ = [
     "value_frames",
     "read_value",
     "message",
+    "path_text",
     "kind_name",
     "format_slots",
 ]
@@ -175,10 +176,33 @@ def parse_result_scalars(frame: bytes, count: int) -> tuple[np.ndarray, np.ndarr
     return rewards, flags[:count].view(np.bool_), flags[count:].view(np.bool_)
 
 
-def value_frames(value: Any, *, allow_pickle: bool = False, what: str = "value") -> list[Any]:
-    """A value section: ``[body, *buffers]`` (see :func:`gym_remote.codec.encode`)."""
-    body, buffers = codec.encode(value, allow_pickle=allow_pickle, what=what)
+Label = Callable[[tuple[tuple[Any, str], ...]], str]
+"""Names the place of a value that cannot be encoded, from its path in the message (for errors)."""
+
+
+def value_frames(
+    value: Any, *, allow_pickle: bool = False, what: str = "value", label: Label | None = None
+) -> list[Any]:
+    """A value section: ``[body, *buffers]`` (see :func:`gym_remote.codec.encode`).
+
+    Raises:
+        EncodeError: a part of ``value`` cannot travel; ``label(path)`` (if given) names its place in
+            the error, else ``what`` followed by the path.
+    """
+    try:
+        body, buffers = codec.encode(value, allow_pickle=allow_pickle, what=what)
+    except EncodeError as error:
+        if label is None:
+            raise
+        raise EncodeError(
+            f"cannot send {label(error.path)}: {error.reason}", reason=error.reason, path=error.path
+        ) from None
     return [body, *buffers]
+
+
+def path_text(path: Sequence[tuple[Any, str]]) -> str:
+    """The readable form of (part of) an :class:`EncodeError` path, e.g. ``"['stats'][1]"``."""
+    return "".join(text for _, text in path)
 
 
 def read_value(frames: Sequence[Any], *, allow_pickle: bool = False) -> Any:
@@ -193,12 +217,20 @@ def read_value(frames: Sequence[Any], *, allow_pickle: bool = False) -> Any:
 
 
 def message(
-    kind: Kind, value: Any = None, *, seq: int = 0, count: int = 0, allow_pickle: bool = False, what: str = "value"
+    kind: Kind,
+    value: Any = None,
+    *,
+    seq: int = 0,
+    count: int = 0,
+    allow_pickle: bool = False,
+    what: str = "value",
+    label: Label | None = None,
 ) -> list[Any]:
     """A whole control message: header and, unless ``value`` is None, a value section."""
     if value is None:
         return [pack_header(kind, seq, count)]
-    return [pack_header(kind, seq, count, FLAG_VALUE), *value_frames(value, allow_pickle=allow_pickle, what=what)]
+    frames = value_frames(value, allow_pickle=allow_pickle, what=what, label=label)
+    return [pack_header(kind, seq, count, FLAG_VALUE), *frames]
 
 
 def kind_name(kind: int) -> str:

@@ -230,9 +230,10 @@ class SlotServer:
             ClientLostError: a client left, or a launched client's process died.
         """
         seq = self.next_seq()
+        commands = [(client, build(client, seq)) for client in clients]  # all or none: encoding may fail
         pending: dict[bytes, ClientInfo] = {}
-        for client in clients:
-            self.send(client, build(client, seq))
+        for client, frames in commands:
+            self.send(client, frames)
             pending[client.identity] = client
         errors: list[Exception] = []
         deadline = time.monotonic() + timeout
@@ -577,9 +578,9 @@ class SlotServer:
             return RemoteEnvError(f"{client.describe()} reported an unreadable error during {what}")
         index = report.get("index")
         slot = client.slots[index] if type(index) is int and 0 <= index < client.count else None
-        where = f"slot {slot}" if slot is not None else client.describe()
+        where = f"slot {slot} of {client.describe()}" if slot is not None else client.describe()
         return RemoteEnvError(
-            f"{what} failed in {where} ({client.describe()}): {report.get('type')}: {report.get('message')}",
+            f"{what} failed in {where}: {report.get('type')}: {report.get('message')}",
             slot=slot,
             remote_type=str(report.get("type", "")),
             remote_traceback=str(report.get("traceback", "")),

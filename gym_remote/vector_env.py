@@ -325,7 +325,12 @@ class RemoteVectorEnv(VectorEnv):
                 "mask": None if reset_mask is None else [bool(reset_mask[slot]) for slot in client.slots],
             }
             return protocol.message(
-                Kind.RESET, command, seq=seq, count=client.count, allow_pickle=client.trusted, what="reset options"
+                Kind.RESET,
+                command,
+                seq=seq,
+                count=client.count,
+                allow_pickle=client.trusted,
+                label=lambda path: _reset_label(client, path),
             )
 
         self._exchange(clients, build, "reset", scalars=False)
@@ -478,7 +483,12 @@ class RemoteVectorEnv(VectorEnv):
         def build(client: ClientInfo, seq: int) -> list[Any]:
             command = {"actions": [per_env[slot] for slot in client.slots]}
             return protocol.message(
-                Kind.STEP, command, seq=seq, count=client.count, allow_pickle=client.trusted, what="actions"
+                Kind.STEP,
+                command,
+                seq=seq,
+                count=client.count,
+                allow_pickle=client.trusted,
+                label=lambda path: f"the action for slot {client.slots[path[1][0]]}{protocol.path_text(path[2:])}",
             )
 
         return build
@@ -564,7 +574,7 @@ class RemoteVectorEnv(VectorEnv):
                 seq=seq,
                 count=client.count,
                 allow_pickle=client.trusted,
-                what=f"the arguments of {what}",
+                label=lambda path: _call_label(client, what, path),
             )
 
         def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
@@ -588,6 +598,21 @@ class RemoteVectorEnv(VectorEnv):
 
     def _observations_out(self) -> Any:
         return deepcopy(self._observations) if self.copy else self._observations
+
+
+def _reset_label(client: ClientInfo, path: tuple[tuple[Any, str], ...]) -> str:
+    if path[0][0] == "options":
+        return "reset options" + protocol.path_text(path[1:])
+    return f"the reset {path[0][0]} for slot {client.slots[path[1][0]]}"
+
+
+def _call_label(client: ClientInfo, what: str, path: tuple[tuple[Any, str], ...]) -> str:
+    field, rest = path[0][0], protocol.path_text(path[2:])
+    if field == "args":
+        return f"argument {path[1][0]} of {what}{rest}"
+    if field == "kwargs":
+        return f"keyword argument {path[1][0]!r} of {what}{rest}"
+    return f"the value for slot {client.slots[path[1][0]]} in {what}{rest}"
 
 
 def _is_space_pair(mode: Any) -> bool:
