@@ -7,10 +7,10 @@ Autoreset happens here, next to the envs, exactly as ``SyncVectorEnv`` does it (
 
 Example (a client for a server running elsewhere)::
 
-    from gym_remote import EnvClient
     import gymnasium as gym
+    from gym_remote import EnvClient
 
-    EnvClient("tcp://127.0.0.1:5555", [lambda: gym.make("CartPole-v1")] * 4).run()
+    EnvClient("tcp://10.0.0.5:5555", [lambda: gym.make("CartPole-v1")] * 4).run()  # until the server closes
 """
 
 from __future__ import annotations
@@ -175,10 +175,10 @@ class EnvClient:
             safely as pickles. Only for servers you trust as much as your own code; the server must
             allow it too.
 
-    Example:
-        >>> from gym_remote import EnvClient                                      # doctest: +SKIP
-        >>> client = EnvClient("tcp://127.0.0.1:5555", [lambda: gym.make("CartPole-v1")] * 4)
-        >>> client.run()   # returns when the server closes
+    Example::
+
+        client = EnvClient("tcp://10.0.0.5:5555", [lambda: gym.make("CartPole-v1")] * 4)
+        client.run()  # returns when the server closes
     """
 
     def __init__(

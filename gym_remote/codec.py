@@ -77,6 +77,14 @@ def encode(value: Any, *, allow_pickle: bool = False, what: str = "value") -> tu
 
     Raises:
         EncodeError: a part of ``value`` cannot travel; the message names the part and its type.
+
+    Example:
+        >>> body, buffers = encode({"score": np.float32(0.5), "frame": np.zeros((2, 2), np.uint8)})
+        >>> body
+        b'{"score":["s","<f4",0.5],"frame":["a","|u1",[2,2],0]}'
+        >>> decode(body, [bytes(buffer) for buffer in buffers])
+        {'score': np.float32(0.5), 'frame': array([[0, 0],
+               [0, 0]], dtype=uint8)}
     """
     buffers: list[Any] = []
     try:

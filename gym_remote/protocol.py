@@ -242,7 +242,11 @@ def kind_name(kind: int) -> str:
 
 
 def format_slots(slots: Sequence[int]) -> str:
-    """Slot numbers for humans: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    """Slot numbers for humans.
+
+    >>> format_slots([0, 1, 2, 5])
+    '0-2,5'
+    """
     if not len(slots):
         return "none"
     parts = []

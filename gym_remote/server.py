@@ -163,6 +163,11 @@ class SlotServer:
         for client in self.clients.values():
             self._prepare_targets(client)
 
+    def observation_space_of(self, slot: int) -> gym.Space:
+        """The observation space of the env serving ``slot`` (which must be served)."""
+        client = self.slots[slot]
+        return client.observation_spaces[client.slots.index(slot)]
+
     @property
     def served(self) -> int:
         return sum(client is not None for client in self.slots)

@@ -238,10 +238,7 @@ class RemoteVectorEnv(VectorEnv):
         if self._observation_space is None:  # observation_mode="different" needs every slot's space
             self._server.wait_for_slots(self.connect_timeout, what="all slots (observation_mode='different')")
             self._observation_space = batch_differing_spaces(
-                [
-                    self._server.slots[slot].observation_spaces[self._server.slots[slot].slots.index(slot)]
-                    for slot in range(self.num_envs)
-                ]
+                [self._server.observation_space_of(slot) for slot in range(self.num_envs)]
             )
         return self._observation_space
 
