@@ -128,7 +128,7 @@ def _add_env_arguments(parser: argparse.ArgumentParser, default_env: str | None,
 
 def _add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--steps", type=_positive_int, default=20_000, help="env steps to take in all (default: %(default)s)"
+        "--steps", type=_positive_int, default=50_000, help="env steps to take in all (default: %(default)s)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for resets and actions (default: %(default)s)")
     parser.add_argument(
