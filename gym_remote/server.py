@@ -192,7 +192,7 @@ class SlotServer:
                     f"{self.num_envs} slots are served (slots {format_slots(empty)} have no client); "
                     f"clients connect to {self.address}{hint}"
                 )
-            self._poll_once(deadline)
+            self._poll_once()
 
     def wait_for_first_client(self, timeout: float) -> None:
         """Handle joins until the vector's spaces are known (the first client brings them)."""
@@ -203,7 +203,7 @@ class SlotServer:
                     f"timed out after {timeout:g} s waiting for a first client at {self.address} "
                     "to learn the spaces (pass observation_space and action_space to skip this wait)"
                 )
-            self._poll_once(deadline)
+            self._poll_once()
 
     # -- commands ----------------------------------------------------------------------------------
 
@@ -242,21 +242,16 @@ class SlotServer:
             pending[client.identity] = client
         errors: list[Exception] = []
         deadline = time.monotonic() + timeout
-        sock = self.socket
         while pending:
             try:
-                identity = sock.recv()
+                message = self._receive()
             except zmq.Again:
                 self._idle(deadline, pending.values(), what, timeout)
                 continue
-            frame = sock.recv()
-            client = pending.get(identity)
-            try:
-                header = protocol.parse_header(frame)
-            except ProtocolError as error:
-                self._drain()
-                self._complain(identity, error)
+            if message is None:
                 continue
+            identity, header, frame = message
+            client = pending.get(identity)
             if client is None or header.seq != seq or header.version != protocol.PROTOCOL_VERSION:
                 self._handle_other(identity, header, frame, pending)
                 continue
@@ -346,21 +341,30 @@ class SlotServer:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _poll_once(self, deadline: float) -> None:
+    def _receive(self) -> tuple[bytes, protocol.Header, bytes] | None:
+        """The next message's routing id, header and header frame; None if it was malformed (then dropped).
+
+        Raises:
+            zmq.Again: no message came within ``POLL_SECONDS``.
+        """
+        identity = self.socket.recv()
+        frame = self.socket.recv()
         try:
-            identity = self.socket.recv()
+            return identity, protocol.parse_header(frame), frame
+        except ProtocolError as error:
+            self._drain()
+            logger.warning("dropping a malformed message from peer %s: %s", identity.hex()[:16], error)
+            return None
+
+    def _poll_once(self) -> None:
+        try:
+            message = self._receive()
         except zmq.Again:
             if self.watchdog is not None:
                 self.watchdog()
             return
-        frame = self.socket.recv()
-        try:
-            header = protocol.parse_header(frame)
-        except ProtocolError as error:
-            self._drain()
-            self._complain(identity, error)
-            return
-        self._handle_other(identity, header, frame, {})
+        if message is not None:
+            self._handle_other(*message, {})
 
     def _idle(self, deadline: float, pending: Iterable[ClientInfo], what: str, timeout: float) -> None:
         if self.watchdog is not None:
@@ -590,9 +594,6 @@ class SlotServer:
             remote_type=str(report.get("type", "")),
             remote_traceback=str(report.get("traceback", "")),
         )
-
-    def _complain(self, identity: bytes, error: Exception) -> None:
-        logger.warning("dropping a malformed message from peer %s: %s", identity.hex()[:16], error)
 
     def _drain(self) -> None:
         transport.drain(self.socket)
