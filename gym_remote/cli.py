@@ -65,6 +65,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to wait for the server to answer; 'inf' waits forever (default: %(default)s)",
     )
     client.add_argument(
+        "--exit-if-full",
+        action="store_true",
+        help="exit (status 1) when the server has no free slot, instead of waiting in line for one",
+    )
+    client.add_argument(
+        "--slot-timeout",
+        type=_seconds,
+        default=3600.0,
+        metavar="SECONDS",
+        help="how long to wait in line for a free slot; 'inf' waits forever (default: %(default)s)",
+    )
+    client.add_argument(
+        "--no-reconnect",
+        action="store_true",
+        help="exit (status 1) when the server goes away, instead of rejoining the next server at ADDRESS",
+    )
+    client.add_argument(
+        "--reconnect-timeout",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to try to rejoin after the server went away; 'inf' tries forever (default: %(default)s)",
+    )
+    client.add_argument(
+        "--liveness-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="silence after which the server counts as gone (default: %(default)s)",
+    )
+    client.add_argument(
         "--allow-pickle",
         action="store_true",
         help="trusted mode: exchange pickles with the server (only with a server you trust)",
@@ -173,7 +204,16 @@ def _run_client(args: argparse.Namespace) -> int:
 
     env_fns = make_env_fns(args.env, args.factory, args.num_envs, args.env_kwargs)
     client = EnvClient(
-        args.address, env_fns, name=args.name, connect_timeout=args.connect_timeout, allow_pickle=args.allow_pickle
+        args.address,
+        env_fns,
+        name=args.name,
+        connect_timeout=args.connect_timeout,
+        wait_for_slot=not args.exit_if_full,
+        slot_timeout=args.slot_timeout,
+        reconnect=not args.no_reconnect,
+        reconnect_timeout=args.reconnect_timeout,
+        liveness_timeout=args.liveness_timeout,
+        allow_pickle=args.allow_pickle,
     )
     client.run()
     return EXIT_OK

@@ -30,9 +30,10 @@ import numpy as np
 import zmq
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+from zmq.utils.monitor import recv_monitor_message
 
 from gym_remote import codec, protocol, transport
-from gym_remote.errors import EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
+from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
 from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
 
 __all__ = ["EnvClient", "HostedEnvs"]
@@ -54,8 +55,18 @@ class HostedEnvs:
         self.envs = list(envs)
         self.count = len(self.envs)
 
-    def configure(self, observation_space: gym.Space, action_space: gym.Space, autoreset_mode: AutoresetMode) -> None:
-        """Lay out buffers for the vector's single spaces (as agreed in the handshake)."""
+    def configure(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        autoreset_mode: AutoresetMode,
+        reset_first: bool = False,
+    ) -> None:
+        """Lay out buffers for the vector's single spaces (as agreed in the handshake).
+
+        ``reset_first``: the envs start as if their episodes had just ended, so that (in NEXT_STEP mode)
+        the first step resets them: how a client replacing a lost one starts.
+        """
         count = self.count
         self.observation_space = observation_space
         self.autoreset_mode = autoreset_mode
@@ -71,7 +82,7 @@ class HostedEnvs:
         self.action_batch_space = batch_space(action_space, count)
         self.action_leaves = codec.array_leaf_spaces(action_space)
         self.result = protocol.ResultFrame(count)
-        self.autoreset = np.zeros(count, dtype=np.bool_)
+        self.autoreset = np.full(count, reset_first, dtype=np.bool_)
         self.failed_index: int | None = None
 
     def new_actions(self, dtypes: Sequence[np.dtype] | None = None) -> list[np.ndarray]:
@@ -125,6 +136,7 @@ class HostedEnvs:
             self.failed_index = index
             self.env_obs[index], info = env.reset(seed=seeds[index], options=options)
             self.autoreset[index] = False
+            self.result.rewards[index] = 0.0
             self.result.terminated[index] = False
             self.result.truncated[index] = False
             infos.append(info)
@@ -164,13 +176,24 @@ class HostedEnvs:
 class EnvClient:
     """Serve Gymnasium envs to a :class:`~gym_remote.RemoteVectorEnv` until it closes.
 
+    A client that finds no free slot waits in line for one (unless ``wait_for_slot=False``). If the
+    server goes away without closing (the learner crashed or restarts, the network dropped), the
+    client notices within ``liveness_timeout``, then reconnects with backoff and joins the server
+    that is at the address again, as a new member whose envs start with a reset.
+
     Args:
         address: the server's endpoint, e.g. ``"tcp://10.0.0.5:5555"`` (``envs.address`` on the server).
         env_fns: functions that each make one env; the client hosts ``len(env_fns)`` envs, and the
-            server maps them onto as many consecutive slots.
+            server maps them onto as many slots.
         name: a name for logs and the server's client table (default: ``host:pid``).
-        connect_timeout: seconds to wait for the server's answer to the handshake (``None``: forever).
-            A client may start before its server; it waits this long for it.
+        connect_timeout: seconds to wait for the server's answer to the first handshake (``None``:
+            forever). A client may start before its server; it waits this long for it.
+        wait_for_slot: when the server has no free slot, wait in line (True) or give up (False).
+        slot_timeout: seconds to wait in line for a free slot (``None``: forever).
+        reconnect: rejoin a server that went away (True), or end :meth:`run` with an error.
+        reconnect_timeout: seconds to try to rejoin after the server went away (``None``: forever).
+        liveness_timeout: seconds without a sign of life from the server's connection (ZeroMQ
+            heartbeats, answered even while the learner is busy) before the server counts as gone.
         allow_pickle: accept pickled values from the server and send values that cannot be encoded
             safely as pickles. Only for servers you trust as much as your own code; the server must
             allow it too.
@@ -188,6 +211,11 @@ class EnvClient:
         *,
         name: str | None = None,
         connect_timeout: float | None = 120.0,
+        wait_for_slot: bool = True,
+        slot_timeout: float | None = 3600.0,
+        reconnect: bool = True,
+        reconnect_timeout: float | None = 300.0,
+        liveness_timeout: float = 10.0,
         allow_pickle: bool = False,
         _launch: dict[str, Any] | None = None,
     ) -> None:
@@ -201,9 +229,15 @@ class EnvClient:
         self.env_fns = list(env_fns)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.connect_timeout = connect_timeout
+        self.wait_for_slot = wait_for_slot
+        self.slot_timeout = slot_timeout
+        self.reconnect = reconnect
+        self.reconnect_timeout = reconnect_timeout
+        self.liveness_timeout = liveness_timeout
         self.allow_pickle = allow_pickle
-        self.session = uuid.uuid4().hex
+        self.session = ""
         self.slots: list[int] = []
+        self.rejoins = 0
         self._launch = _launch
         self._stop = threading.Event()
         self._trusted = False
@@ -217,66 +251,132 @@ class EnvClient:
 
         Raises:
             JoinRefusedError: the server refused the handshake (the message says why).
-            RemoteTimeoutError: no answer to the handshake within ``connect_timeout``.
+            RemoteTimeoutError: no server answered within ``connect_timeout`` (or, after losing the
+                server, within ``reconnect_timeout``), or no slot freed up within ``slot_timeout``.
+            ClientLostError: the server went away and ``reconnect`` is off.
         """
-        context = zmq.Context()
-        sock = context.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 1000)
-        sock.setsockopt(zmq.ROUTING_ID, self.session.encode())
-        sock.setsockopt(zmq.RCVTIMEO, int(IDLE_POLL_SECONDS * 1000))
-        self._socket = sock
+        self._context = zmq.Context()
         hosted: HostedEnvs | None = None
         try:
-            sock.connect(self.address)
+            self._open_socket()
             try:
                 hosted = HostedEnvs([env_fn() for env_fn in self.env_fns])
             except Exception as error:
                 self._send_error(0, error, None)
                 raise
-            self._join(hosted)
-            self._serve(hosted)
+            join_timeout = self.connect_timeout
+            while True:
+                self._join(hosted, join_timeout)
+                if self._serve(hosted):
+                    return
+                if not self.reconnect:
+                    raise ClientLostError(f"client {self.name}: lost the server at {self.address}")
+                self.rejoins += 1
+                join_timeout = self.reconnect_timeout
+                logger.warning("client %s: lost the server at %s; rejoining", self.name, self.address)
+                self._open_socket(linger=0)
         finally:
             if hosted is not None:
                 hosted.close()
-            sock.close(linger=1000)
-            context.term()
+            self._close_socket(linger=1000)
+            self._context.term()
+
+    # -- connection --------------------------------------------------------------------------------
+
+    def _open_socket(self, linger: int = 1000) -> None:
+        """A new DEALER (and its monitor) for a new session; the old one, if any, is closed."""
+        previous = self.session
+        if previous:
+            self._close_socket(linger)
+        self.previous_session = previous
+        self.session = uuid.uuid4().hex
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.setsockopt(zmq.ROUTING_ID, self.session.encode())
+        sock.setsockopt(zmq.RCVTIMEO, int(IDLE_POLL_SECONDS * 1000))
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)  # reconnection attempts back off up to 5 s apart
+        transport.set_heartbeats(sock, self.liveness_timeout)
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        sock.connect(self.address)
+        self._socket = sock
+
+    def _close_socket(self, linger: int) -> None:
+        sock = getattr(self, "_socket", None)
+        if sock is None:
+            return
+        sock.disable_monitor()
+        self._monitor.close(linger=0)
+        sock.close(linger=linger)
+        self._socket = None
+
+    def _connection_dropped(self) -> bool:
+        """Whether the connection to the server dropped since the last call (libzmq then reconnects)."""
+        dropped = False
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return dropped
+            dropped = dropped or event["event"] == zmq.EVENT_DISCONNECTED
 
     # -- handshake -------------------------------------------------------------------------------
 
-    def _join(self, hosted: HostedEnvs) -> None:
+    def _join(self, hosted: HostedEnvs, timeout: float | None) -> None:
+        """Send HELLO and wait for WELCOME; while the server has no free slot, wait in line."""
         hello = self._hello(hosted)
         self._socket.send_multipart(protocol.message(Kind.HELLO, hello, count=hosted.count, what="HELLO"))
         logger.info("client %s: connecting to %s with %d envs", self.name, self.address, hosted.count)
-        deadline = None if self.connect_timeout is None else time.monotonic() + self.connect_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        in_line = False
         while True:
             frames = self._recv_message()
             if frames is None:
                 if self._stop.is_set():
                     raise RemoteTimeoutError(
-                        f"client {self.name}: stopped before the server at {self.address} answered"
+                        f"client {self.name}: stopped before it joined the server at {self.address}"
                     )
                 if deadline is not None and time.monotonic() > deadline:
+                    if in_line:
+                        raise RemoteTimeoutError(
+                            f"client {self.name}: no slot of the server at {self.address} freed up within "
+                            f"{self.slot_timeout:g} s"
+                        )
                     raise RemoteTimeoutError(
                         f"client {self.name}: no answer from a server at {self.address} within "
-                        f"{self.connect_timeout:g} s (is the address right, and is the server running?)"
+                        f"{timeout:g} s (is the address right, and is the server running?)"
                     )
                 continue
             header = protocol.parse_header(frames[0])
+            if header.kind == Kind.WELCOME:
+                break
             if header.kind == Kind.REFUSE:
                 answer = protocol.read_value(frames[1:])
+                if answer.get("waiting") is True and self.wait_for_slot:
+                    if not in_line:
+                        logger.info("client %s: %s", self.name, answer.get("reason"))
+                        in_line = True
+                        deadline = None if self.slot_timeout is None else time.monotonic() + self.slot_timeout
+                    continue
                 raise JoinRefusedError(
                     f"server at {self.address} refused client {self.name}: {answer.get('reason')}",
                     code=str(answer.get("code", "")),
                 )
-            if header.kind == Kind.WELCOME:
-                break
-            logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
+            if header.kind == Kind.CLOSE:
+                raise JoinRefusedError(f"the server at {self.address} closed before client {self.name} joined")
+            if header.kind != Kind.PING:
+                logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
         welcome = protocol.read_value(frames[1:])
         self._trusted = bool(welcome["allow_pickle"])
         self.slots = list(welcome["slots"])
         observation_space = codec.space_from_value(welcome["observation_space"], allow_pickle=self._trusted)
         action_space = codec.space_from_value(welcome["action_space"], allow_pickle=self._trusted)
-        hosted.configure(observation_space, action_space, AutoresetMode(welcome["autoreset_mode"]))
+        hosted.configure(
+            observation_space,
+            action_space,
+            AutoresetMode(welcome["autoreset_mode"]),
+            reset_first=bool(welcome.get("reset_first", False)),
+        )
+        self._connection_dropped()  # forget events from before this session's WELCOME
         logger.info("client %s: serving slots %s of %s", self.name, format_slots(self.slots), welcome["server"])
 
     def _hello(self, hosted: HostedEnvs) -> dict[str, Any]:
@@ -291,6 +391,9 @@ class EnvClient:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "session": self.session,
+            "previous_session": self.previous_session or None,
+            "rejoins": self.rejoins,
+            "wait": self.wait_for_slot,
             "num_envs": hosted.count,
             "observation_spaces": [codec.space_to_value(space, allow_pickle=trusted) for space in obs_spaces],
             "observation_space_index": obs_index,
@@ -305,7 +408,8 @@ class EnvClient:
 
     # -- serving ---------------------------------------------------------------------------------
 
-    def _serve(self, hosted: HostedEnvs) -> None:
+    def _serve(self, hosted: HostedEnvs) -> bool:
+        """Answer commands; True once the server closed (or this client was stopped), False if it was lost."""
         sock = self._socket
         while True:
             try:
@@ -314,20 +418,23 @@ class EnvClient:
                 if self._stop.is_set() or not self._parent_alive():
                     logger.info("client %s: stopping", self.name)
                     sock.send_multipart(protocol.message(Kind.BYE))
-                    return
+                    return True
+                if self._connection_dropped():
+                    return False
                 continue
             header = None
             try:
                 header = protocol.parse_header(frame)
-                if not self._handle(hosted, header, frame):
-                    return
+                outcome = self._handle(hosted, header, frame)
+                if outcome is not None:
+                    return outcome
             except Exception as error:  # an env or the message failed: report it and keep serving
                 transport.drain(sock)
                 self._send_error(header.seq if header else 0, error, hosted.failed_index)
                 hosted.failed_index = None
 
-    def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> bool:
-        """Answer one command; False once the server has closed."""
+    def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> bool | None:
+        """Answer one command; True once the server closed, False if it evicted this client, else None."""
         if header.version != protocol.PROTOCOL_VERSION:
             raise ProtocolError(
                 f"server speaks protocol version {header.version}, this client {protocol.PROTOCOL_VERSION}"
@@ -348,14 +455,23 @@ class EnvClient:
             command = self._read_value(header)
             hosted.set_attr(command["name"], command["values"])
             self._send_call_result(header.seq, None)
+        elif kind == Kind.PING:
+            transport.drain(self._socket)  # a probe: the server checks that this connection still routes
         elif kind == Kind.CLOSE:
             transport.drain(self._socket)
             self._socket.send_multipart(protocol.message(Kind.BYE, seq=header.seq))
             logger.info("client %s: the server closed; exiting", self.name)
+            return True
+        elif kind == Kind.EVICT:
+            reason = (self._read_value(header) or {}).get("reason")
+            logger.warning("client %s: the server ended this membership: %s", self.name, reason)
             return False
+        elif kind == Kind.ERROR:
+            report = self._read_value(header) or {}
+            logger.warning("client %s: the server reports an error: %s", self.name, report.get("message"))
         else:
             raise ProtocolError(f"unexpected {kind_name(kind)} message from the server")
-        return True
+        return None
 
     def _read_actions(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> Any:
         """The actions of a STEP, one per env, as ``iterate`` gives them (see PROTOCOL.md, STEP)."""

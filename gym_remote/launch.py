@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 
 import cloudpickle
 
-from gym_remote.errors import ClientLostError
 from gym_remote.server import LaunchSlot
 
 __all__ = ["LocalClients", "split_evenly"]
@@ -42,57 +41,86 @@ def split_evenly(total: int, parts: int) -> list[tuple[int, int]]:
 
 
 class LocalClients:
-    """Client processes serving ``env_fns`` in contiguous shares.
+    """Client processes serving ``env_fns`` in contiguous shares, restarted when they die.
 
     Args:
         env_fns: the env functions, ``env_fns[i]`` for slot ``i``.
         num_clients: how many processes share them.
         workdir: a private directory (mode 0700) for the payload files.
         connect_timeout: how long each client waits for the server's handshake answer.
+        liveness_timeout: after how long without a sign of life a client counts the server as gone.
+        max_restarts: how many times in a row a client may die without having served a step before
+            :meth:`schedule_restart` gives up on it.
     """
 
-    def __init__(self, env_fns: Sequence[Callable], num_clients: int, workdir: str, *, connect_timeout: float) -> None:
+    def __init__(
+        self,
+        env_fns: Sequence[Callable],
+        num_clients: int,
+        workdir: str,
+        *,
+        connect_timeout: float,
+        liveness_timeout: float = 10.0,
+        max_restarts: int = 3,
+    ) -> None:
         self.env_fns = list(env_fns)
         self.workdir = workdir
         self.connect_timeout = connect_timeout
+        self.liveness_timeout = liveness_timeout
+        self.max_restarts = max_restarts
         self.slots = [
-            LaunchSlot(index=index, first_slot=first, count=count, token=secrets.token_hex(16))
+            LaunchSlot(index=index, first_slot=first, count=count, token="")
             for index, (first, count) in enumerate(split_evenly(len(self.env_fns), num_clients))
         ]
         self.processes: list[subprocess.Popen | None] = [None] * len(self.slots)
+        self.restarts = [0] * len(self.slots)
+        self.failures = [0] * len(self.slots)
+        self._exits_reported: set[int] = set()
+        self._due: dict[int, float] = {}
+        self._spawned = 0
+        self._address = ""
+        self._allow_pickle = False
         self._finalizer = weakref.finalize(self, _kill, self.processes)
 
     def start(self, address: str, *, allow_pickle: bool) -> None:
         """Start every client process; they connect to ``address``."""
+        self._address, self._allow_pickle = address, allow_pickle
         for launch in self.slots:
-            payload = os.path.join(self.workdir, f"client-{launch.index}.payload")
-            header = {
-                "address": address,
-                "sys_path": sys.path,
-                "name": f"local-{launch.index}",
-                "connect_timeout": self.connect_timeout,
-                "allow_pickle": allow_pickle,
-                "log_level": logging.getLogger("gym_remote").getEffectiveLevel(),
-                "launch": {"index": launch.index, "token": launch.token, "parent_pid": os.getpid()},
-            }
-            share = self.env_fns[launch.first_slot : launch.first_slot + launch.count]
-            descriptor = os.open(payload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "wb") as file:
-                file.write(json.dumps(header).encode() + b"\n")
-                file.write(cloudpickle.dumps(share))
-            self.processes[launch.index] = subprocess.Popen(
-                [sys.executable, "-c", _CHILD_COMMAND, payload],
-                stdin=subprocess.DEVNULL,
-                env=_child_environment(),
-                start_new_session=True,  # Ctrl-C reaches the learner, which then closes its clients
-            )
-            logger.debug(
-                "started local client %d (pid %d) for slots %d-%d",
-                launch.index,
-                self.processes[launch.index].pid,
-                launch.first_slot,
-                launch.first_slot + launch.count - 1,
-            )
+            self._spawn(launch)
+
+    def _spawn(self, launch: LaunchSlot) -> None:
+        launch.token = secrets.token_hex(16)  # a new process proves itself with a new token
+        self._spawned += 1
+        payload = os.path.join(self.workdir, f"client-{launch.index}-{self._spawned}.payload")
+        header = {
+            "address": self._address,
+            "sys_path": sys.path,
+            "name": f"local-{launch.index}",
+            "connect_timeout": self.connect_timeout,
+            "liveness_timeout": self.liveness_timeout,
+            "allow_pickle": self._allow_pickle,
+            "log_level": logging.getLogger("gym_remote").getEffectiveLevel(),
+            "launch": {"index": launch.index, "token": launch.token, "parent_pid": os.getpid()},
+        }
+        share = self.env_fns[launch.first_slot : launch.first_slot + launch.count]
+        descriptor = os.open(payload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(json.dumps(header).encode() + b"\n")
+            file.write(cloudpickle.dumps(share))
+        self.processes[launch.index] = subprocess.Popen(
+            [sys.executable, "-c", _CHILD_COMMAND, payload],
+            stdin=subprocess.DEVNULL,
+            env=_child_environment(),
+            start_new_session=True,  # Ctrl-C reaches the learner, which then closes its clients
+        )
+        self._exits_reported.discard(launch.index)
+        logger.debug(
+            "started local client %d (pid %d) for slots %d-%d",
+            launch.index,
+            self.processes[launch.index].pid,
+            launch.first_slot,
+            launch.first_slot + launch.count - 1,
+        )
 
     @property
     def pids(self) -> list[int]:
@@ -103,21 +131,49 @@ class LocalClients:
         process = self.processes[index]
         return process is not None and process.poll() is not None
 
-    def check(self) -> None:
-        """Raise if a client process has exited.
+    def poll_exits(self) -> list[tuple[int, int]]:
+        """``(index, exit code)`` of the client processes that ended since the last call."""
+        exits = []
+        for index, process in enumerate(self.processes):
+            if process is not None and index not in self._exits_reported and process.poll() is not None:
+                self._exits_reported.add(index)
+                exits.append((index, process.returncode))
+        return exits
 
-        Raises:
-            ClientLostError: a process is gone.
+    def kill(self, index: int) -> None:
+        """End client ``index``'s process (it will be reported by :meth:`poll_exits`)."""
+        process = self.processes[index]
+        if process is not None and process.poll() is None:
+            process.kill()
+
+    def schedule_restart(self, index: int, *, served: bool) -> float | None:
+        """Plan a restart of client ``index`` after a backoff; None if it failed too often in a row.
+
+        ``served``: whether the process that ended had served a step (its failure streak then restarts).
         """
-        for launch, process in zip(self.slots, self.processes, strict=True):
-            if process is not None and process.poll() is not None:
-                raise ClientLostError(
-                    f"local client {launch.index} (pid {process.pid}, env_fns[{launch.first_slot}:"
-                    f"{launch.first_slot + launch.count}]) exited with code {process.returncode}"
-                )
+        self.failures[index] = 1 if served else self.failures[index] + 1
+        if self.failures[index] > self.max_restarts:
+            return None
+        delay = min(RESTART_BACKOFF_SECONDS * 2 ** (self.failures[index] - 1), MAX_RESTART_BACKOFF_SECONDS)
+        self._due[index] = time.monotonic() + delay
+        return delay
+
+    def start_due(self) -> None:
+        """Restart the clients whose backoff has passed."""
+        now = time.monotonic()
+        for index, due in list(self._due.items()):
+            if now >= due:
+                del self._due[index]
+                process = self.processes[index]
+                if process is not None:
+                    process.wait()  # reap the one that ended
+                self.restarts[index] += 1
+                logger.info("restarting local client %d (restart %d)", index, self.restarts[index])
+                self._spawn(self.slots[index])
 
     def stop(self, timeout: float = 5.0) -> None:
         """Wait up to ``timeout`` for the processes to exit, then terminate and kill what is left."""
+        self._due.clear()
         deadline = time.monotonic() + timeout
         for process in self.processes:
             if process is None:
@@ -131,6 +187,12 @@ class LocalClients:
             logger.warning("terminating %d local client(s) that did not exit", len(leftover))
         _kill(self.processes)
         self._finalizer.detach()
+
+
+RESTART_BACKOFF_SECONDS = 0.5
+"""Delay before the first restart of a crashed local client; it doubles with each failure in a row."""
+
+MAX_RESTART_BACKOFF_SECONDS = 10.0
 
 
 _CHILD_COMMAND = "import sys; from gym_remote.launch import child_main; sys.exit(child_main(sys.argv[1]))"
@@ -156,7 +218,10 @@ def _kill(processes: list[subprocess.Popen | None]) -> None:
             process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait()
+            try:
+                process.wait(5.0)
+            except subprocess.TimeoutExpired:
+                logger.error("local client pid %d did not die after SIGKILL", process.pid)
 
 
 def child_main(payload_path: str) -> int:
@@ -184,6 +249,9 @@ def child_main(payload_path: str) -> int:
         env_fns,
         name=header["name"],
         connect_timeout=header["connect_timeout"],
+        liveness_timeout=header["liveness_timeout"],
+        reconnect=False,  # a new learner starts clients of its own
+        slot_timeout=None,  # its slots free up when the learner has reported the previous client's loss
         allow_pickle=header["allow_pickle"],
         _launch=launch,
     )

@@ -66,6 +66,8 @@ class Kind(enum.IntEnum):
     REFUSE = 3
     BYE = 4
     CLOSE = 5
+    PING = 6
+    EVICT = 7
     RESET = 10
     STEP = 11
     CALL = 12

@@ -2,14 +2,22 @@
 
 :class:`SlotServer` knows messages, clients and slots, not Gymnasium semantics; the
 :class:`~gym_remote.RemoteVectorEnv` builds commands and reads results through it. It is used from one
-thread only (the learner's), as its socket must be: joins and other control messages are handled
-whenever that thread waits for replies, so nothing runs behind the learner's back.
+thread only (the learner's), as its socket must be: joins, leaves and other control messages are
+handled whenever that thread waits for clients, so nothing runs behind the learner's back and nothing
+costs time on the step path.
+
+Liveness: libzmq's own heartbeats (ZMTP PING/PONG, answered by the peers' I/O threads whatever their
+envs are doing) close the connection of a peer that is gone or cut off; the server then cannot route
+to it (``ROUTER_MANDATORY``), which it notices when it sends a command or, while it waits for a reply,
+when it probes the peers it waits for. A slow env keeps its connection alive and is only bounded by
+the reply timeout.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,12 +30,7 @@ import zmq
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 
 from gym_remote import codec, protocol, transport
-from gym_remote.errors import (
-    ClientLostError,
-    ProtocolError,
-    RemoteEnvError,
-    RemoteTimeoutError,
-)
+from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError
 from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
 
 __all__ = ["SlotServer", "ClientInfo", "LaunchSlot"]
@@ -35,10 +38,10 @@ __all__ = ["SlotServer", "ClientInfo", "LaunchSlot"]
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
-"""Longest a wait blocks inside libzmq before it checks deadlines and local client processes."""
+"""Longest a wait blocks inside libzmq before it checks deadlines, probes peers and runs the watchdog."""
 
-MAX_MESSAGE_BYTES = 1 << 30
-"""Largest frame a peer may send (ZMQ_MAXMSGSIZE); a peer that sends more is disconnected by libzmq."""
+DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
+"""Largest frame a peer may send by default (ZMQ_MAXMSGSIZE): 256 MiB; a peer sending more is cut off."""
 
 
 @dataclass(eq=False)
@@ -57,7 +60,11 @@ class ClientInfo:
     metadata: dict[str, Any]
     render_mode: str | None
     launch_index: int | None = None
+    peer_address: str = ""
+    rejoins: int = 0
     joined_at: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    latency: float | None = None
     steps: int = 0
     # recv_into targets for the observation leaves, and how to scatter them if slots are not consecutive
     observation_targets: list[np.ndarray] = field(default_factory=list)
@@ -87,6 +94,15 @@ class LaunchSlot:
     token: str
 
 
+@dataclass
+class _Waiter:
+    """A client that found no free slot and waits in line for one."""
+
+    hello: dict[str, Any]
+    peer_address: str
+    since: float = field(default_factory=time.monotonic)
+
+
 class SlotServer:
     """A bound ROUTER socket that maps joining clients onto ``num_envs`` slots.
 
@@ -99,6 +115,9 @@ class SlotServer:
         allow_pickle: ``True`` lets remote clients that ask for it use the trusted pickle mode;
             launched clients are trusted unless this is ``False``.
         launches: slots reserved for launched clients.
+        liveness_timeout: seconds without any sign of life (heartbeats included) after which libzmq
+            closes a peer's connection, and the server declares the client lost.
+        max_message_bytes: largest frame a peer may send.
         name: the server's name in WELCOME and logs.
     """
 
@@ -111,35 +130,49 @@ class SlotServer:
         autoreset_mode: Any,
         allow_pickle: bool | None,
         launches: Sequence[LaunchSlot] = (),
+        liveness_timeout: float = 10.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         name: str = "gym_remote",
     ) -> None:
         self.num_envs = num_envs
         self.observation_mode = observation_mode
         self.autoreset_mode = autoreset_mode
         self.allow_pickle = allow_pickle
+        self.liveness_timeout = liveness_timeout
         self.name = name
+        self.session = secrets.token_hex(16)
         self.launches = {launch.index: launch for launch in launches}
         self._reserved = np.zeros(num_envs, dtype=bool)
         for launch in launches:
             self._reserved[launch.first_slot : launch.first_slot + launch.count] = True
         self.slots: list[ClientInfo | None] = [None] * num_envs
+        self.quarantined: set[int] = set()  # empty slots no client may take yet (see quarantine())
+        self.slot_epochs = [0] * num_envs
+        self.empty_since = [time.monotonic()] * num_envs
         self.clients: dict[bytes, ClientInfo] = {}
+        self.waiting: dict[bytes, _Waiter] = {}
         self.observation_space: gym.Space | None = None
         self.action_space: gym.Space | None = None
         self.observation_leaves: list[np.ndarray] | None = None
         self.launch_failures: dict[int, dict[str, Any]] = {}
         self.refusals: list[str] = []
         self.on_first_spaces: Callable[[ClientInfo], None] | None = None
+        self.on_join: Callable[[ClientInfo], None] | None = None
+        self.on_lost: Callable[[ClientInfo, str], None] | None = None
         self.watchdog: Callable[[], None] | None = None
+        self.reset_first = False  # told in WELCOME: new envs start as if their episode had ended
         self._seq = 0
+        self._losses = 0
+        self._last_checks = 0.0
 
         self.context = zmq.Context()
         sock = self.context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
         sock.setsockopt(zmq.RCVTIMEO, int(POLL_SECONDS * 1000))
         sock.setsockopt(zmq.SNDTIMEO, int(POLL_SECONDS * 1000))
+        transport.set_heartbeats(sock, liveness_timeout)
         try:
             sock.bind(bind)
         except zmq.ZMQError as error:
@@ -172,27 +205,43 @@ class SlotServer:
     def served(self) -> int:
         return sum(client is not None for client in self.slots)
 
-    def empty_slots(self) -> list[int]:
-        return [slot for slot, client in enumerate(self.slots) if client is None]
+    def empty_slots(self, slots: Iterable[int] | None = None) -> list[int]:
+        """The slots (of ``slots``, default all) that have no client."""
+        return [slot for slot in (range(self.num_envs) if slots is None else slots) if self.slots[slot] is None]
+
+    def clients_of(self, slots: Iterable[int]) -> list[ClientInfo]:
+        """The clients serving ``slots``, each once, in slot order."""
+        clients: dict[bytes, ClientInfo] = {}
+        for slot in slots:
+            client = self.slots[slot]
+            if client is not None:
+                clients.setdefault(client.identity, client)
+        return list(clients.values())
 
     def wait_for_slots(self, timeout: float, slots: Iterable[int] | None = None, what: str = "all slots") -> None:
-        """Handle joins until every slot in ``slots`` (default: all) is served.
+        """Handle joins (and leaves) until every slot in ``slots`` (default: all) is served.
 
         Raises:
-            RemoteTimeoutError: ``timeout`` seconds passed; the message says how many slots are served.
+            RemoteTimeoutError: ``timeout`` seconds passed; the message names the empty slots, says how
+                long they have been empty and how many slots are served.
         """
         needed = list(range(self.num_envs)) if slots is None else list(slots)
         deadline = time.monotonic() + timeout
-        while any(self.slots[slot] is None for slot in needed):
+        while self.empty_slots(needed):
             if time.monotonic() > deadline:
-                empty = [slot for slot in needed if self.slots[slot] is None]
-                hint = f"; clients refused: {'; '.join(self.refusals[-3:])}" if self.refusals else ""
-                raise RemoteTimeoutError(
-                    f"timed out after {timeout:g} s waiting for clients to serve {what}: {self.served} of "
-                    f"{self.num_envs} slots are served (slots {format_slots(empty)} have no client); "
-                    f"clients connect to {self.address}{hint}"
-                )
+                raise RemoteTimeoutError(self.empty_slots_message(timeout, what, self.empty_slots(needed)))
             self._poll_once()
+
+    def empty_slots_message(self, timeout: float, what: str, empty: list[int]) -> str:
+        """The error text for a wait on ``empty`` slots that ran out after ``timeout`` seconds."""
+        now = time.monotonic()
+        longest = max(now - self.empty_since[slot] for slot in empty)
+        hint = f"; clients refused: {'; '.join(self.refusals[-3:])}" if self.refusals else ""
+        return (
+            f"timed out after {timeout:g} s waiting for clients to serve {what}: slots {format_slots(empty)} "
+            f"have no client (empty for up to {longest:.1f} s); {self.served} of {self.num_envs} slots are "
+            f"served; clients connect to {self.address}{hint}"
+        )
 
     def wait_for_first_client(self, timeout: float) -> None:
         """Handle joins until the vector's spaces are known (the first client brings them)."""
@@ -204,6 +253,36 @@ class SlotServer:
                     "to learn the spaces (pass observation_space and action_space to skip this wait)"
                 )
             self._poll_once()
+
+    def quarantine(self, slots: Iterable[int]) -> None:
+        """Keep ``slots`` from being given to joining clients until :meth:`release`."""
+        self.quarantined.update(slots)
+
+    def release(self, slots: Iterable[int]) -> None:
+        """Let joining clients (and those waiting in line) take ``slots`` again."""
+        self.quarantined.difference_update(slots)
+        self._admit_waiters()
+
+    def poll(self) -> None:
+        """Handle the control messages that arrived (joins, leaves), waiting at most ``POLL_SECONDS``."""
+        self._poll_once()
+
+    def lose(self, client: ClientInfo, reason: str, *, tell: bool = True) -> None:
+        """Declare ``client`` lost: free its slots, tell it (if it can still hear), let waiters in."""
+        if self.clients.pop(client.identity, None) is None:
+            return
+        now = time.monotonic()
+        for slot in client.slots:
+            if self.slots[slot] is client:
+                self.slots[slot] = None
+                self.empty_since[slot] = now
+        self._losses += 1
+        logger.info("%s is lost: %s; %d of %d slots served", client.describe(), reason, self.served, self.num_envs)
+        if tell:
+            self._try_send(client.identity, protocol.message(Kind.EVICT, {"reason": reason}))
+        if self.on_lost is not None:
+            self.on_lost(client, reason)
+        self._admit_waiters()
 
     # -- commands ----------------------------------------------------------------------------------
 
@@ -220,65 +299,105 @@ class SlotServer:
         reply_kind: Kind,
         timeout: float,
         what: str,
-    ) -> None:
+    ) -> list[ClientInfo]:
         """Send one command to each of ``clients`` and handle their replies, in arrival order.
 
-        ``build(client, seq)`` makes the command's frames; ``on_reply(client, header, header_frame)``
-        must read the rest of the reply through :meth:`recv_into` / :meth:`recv_rest`. Errors reported by
-        clients, and malformed replies, are raised after every client has answered, so that no reply is
-        left behind to confuse a later command.
+        ``build(client, seq)`` makes the command's frames (for all clients before any is sent, so that a
+        value that cannot be encoded stops the command everywhere); ``on_reply(client, header,
+        header_frame)`` must read the rest of the reply through :meth:`recv_into` / :meth:`recv_value`.
+
+        A client that goes away meanwhile (it left, its connection dropped, the watchdog found its
+        process dead) or sends a malformed reply is declared lost (:meth:`lose`); the others are
+        still awaited.
+
+        Returns:
+            The clients lost during the exchange.
 
         Raises:
-            RemoteEnvError: an env raised in a client (the first such error, naming its slot).
-            ProtocolError: a client's reply was malformed.
-            RemoteTimeoutError: not every client answered within ``timeout``.
-            ClientLostError: a client left, or a launched client's process died.
+            RemoteEnvError: an env raised in a client (the first such error, naming its slot), raised
+                after every other client has answered, so that no reply is left to confuse a later command.
+            RemoteTimeoutError: a client, alive but silent, did not answer within ``timeout``.
         """
         seq = self.next_seq()
-        commands = [(client, build(client, seq)) for client in clients]  # all or none: encoding may fail
+        commands = [(client, build(client, seq)) for client in clients]
+        lost: list[ClientInfo] = []
         pending: dict[bytes, ClientInfo] = {}
+        sent_at: dict[bytes, float] = {}
         for client, frames in commands:
-            self.send(client, frames)
-            pending[client.identity] = client
+            if self.send(client, frames):
+                pending[client.identity] = client
+                sent_at[client.identity] = time.monotonic()
+            else:
+                lost.append(client)
         errors: list[Exception] = []
         deadline = time.monotonic() + timeout
+        losses = self._losses
         while pending:
             try:
                 message = self._receive()
             except zmq.Again:
-                self._idle(deadline, pending.values(), what, timeout)
-                continue
-            if message is None:
-                continue
-            identity, header, frame = message
-            client = pending.get(identity)
-            if client is None or header.seq != seq or header.version != protocol.PROTOCOL_VERSION:
-                self._handle_other(identity, header, frame, pending)
-                continue
-            try:
-                if header.kind == reply_kind:
-                    on_reply(client, header, frame)
-                elif header.kind == Kind.ERROR:
-                    errors.append(self._remote_error(client, self.recv_value(client, header), what))
+                message = None
+            if message is not None:
+                identity, header, frame = message
+                client = pending.get(identity)
+                if client is None or header.seq != seq or header.version != protocol.PROTOCOL_VERSION:
+                    self._handle_other(identity, header, frame)
                 else:
-                    raise ProtocolError(f"expected {reply_kind.name} for {what}, got {kind_name(header.kind)}")
-            except ProtocolError as error:
-                self._drain()
-                logger.error("%s sent a malformed reply to %s: %s", client.describe(), what, error)
-                errors.append(ProtocolError(f"{client.describe()} sent a malformed reply to {what}: {error}"))
-            del pending[identity]
+                    self._handle_reply(client, header, frame, reply_kind, on_reply, what, errors, lost)
+                    del pending[identity]
+                    client.latency = time.monotonic() - sent_at[identity]
+            if self._losses != losses:  # some client was lost meanwhile: it left, or the watchdog found it dead
+                losses = self._losses
+                for identity in [identity for identity in pending if identity not in self.clients]:
+                    lost.append(pending.pop(identity))
+            if pending and message is None:
+                self._checks(pending.values())
+                if time.monotonic() > deadline:
+                    waiting = "; ".join(client.describe() for client in pending.values())
+                    raise RemoteTimeoutError(f"timed out after {timeout:g} s waiting for {what} from {waiting}")
         if errors:
             raise errors[0]
+        return lost
 
-    def send(self, client: ClientInfo, frames: list[Any]) -> None:
-        """Send one message to ``client``."""
+    def _handle_reply(
+        self,
+        client: ClientInfo,
+        header: protocol.Header,
+        frame: bytes,
+        reply_kind: Kind,
+        on_reply: Callable[[ClientInfo, protocol.Header, bytes], None],
+        what: str,
+        errors: list[Exception],
+        lost: list[ClientInfo],
+    ) -> None:
+        client.last_seen = time.monotonic()
+        try:
+            if header.kind == reply_kind:
+                on_reply(client, header, frame)
+            elif header.kind == Kind.ERROR:
+                errors.append(self._remote_error(client, self.recv_value(client, header), what))
+            elif header.kind == Kind.BYE:
+                self._drain()
+                self.lose(client, "it left", tell=False)
+                lost.append(client)
+            else:
+                raise ProtocolError(f"expected {reply_kind.name} for {what}, got {kind_name(header.kind)}")
+        except ProtocolError as error:
+            self._drain()
+            logger.error("%s sent a malformed reply to %s: %s", client.describe(), what, error)
+            self.lose(client, f"it sent a malformed reply to {what}: {error}")
+            lost.append(client)
+
+    def send(self, client: ClientInfo, frames: list[Any]) -> bool:
+        """Send one message to ``client``; if it cannot be routed any more, declare it lost and return False."""
         try:
             transport.send_frames(self.socket, [client.identity, *frames])
+            return True
         except zmq.ZMQError as error:
-            if error.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
-                self._forget(client, "it is unreachable")
-                raise ClientLostError(f"{client.describe()} is unreachable: {error}") from None
-            raise
+            if error.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                raise
+        self.lose(client, "its connection is gone", tell=False)
+        return False
 
     def recv_into(self, targets: Sequence[np.ndarray], what: str) -> None:
         """Receive the next frames of the current message straight into ``targets``."""
@@ -301,41 +420,62 @@ class SlotServer:
             return None
         return protocol.read_value(frames, allow_pickle=client.trusted)
 
+    # -- observability -----------------------------------------------------------------------------
+
+    def stats(self) -> list[dict[str, Any]]:
+        """One dict per slot: who serves it and how well (see ``RemoteVectorEnv.stats``)."""
+        now = time.monotonic()
+        rows = []
+        for slot, client in enumerate(self.slots):
+            row: dict[str, Any] = {"slot": slot, "epoch": self.slot_epochs[slot], "served": client is not None}
+            if client is None:
+                row["empty_for"] = now - self.empty_since[slot]
+            else:
+                row.update(
+                    client=client.name,
+                    host=client.host,
+                    pid=client.pid,
+                    address=client.peer_address,
+                    session=client.session,
+                    local=client.launch_index is not None,
+                    steps=client.steps,
+                    last_seen=now - client.last_seen,
+                    latency=client.latency,
+                    connected_for=now - client.joined_at,
+                    rejoins=client.rejoins,
+                )
+            rows.append(row)
+        return rows
+
     # -- closing -----------------------------------------------------------------------------------
 
     def close(self, timeout: float = 5.0, gone: Callable[[ClientInfo], bool] | None = None) -> None:
-        """Send CLOSE to every client, wait up to ``timeout`` for their BYE, and close the socket.
+        """Send CLOSE to every client (and waiter), wait up to ``timeout`` for their BYE, close the socket.
 
         ``gone(client)`` tells of clients known to be dead already, which are not waited for.
         """
         clients = list(self.clients.values())
-        waiting = set()
         seq = self.next_seq()
-        for client in clients:
-            if gone is not None and gone(client):
-                continue
-            try:
-                self.socket.send_multipart([client.identity, protocol.pack_header(Kind.CLOSE, seq)])
-                waiting.add(client.identity)
-            except zmq.ZMQError:
-                pass
+        waiting = set()
+        for identity in [client.identity for client in clients if gone is None or not gone(client)]:
+            if self._try_send(identity, [protocol.pack_header(Kind.CLOSE, seq)]):
+                waiting.add(identity)
+        for identity in self.waiting:
+            self._try_send(identity, [protocol.pack_header(Kind.CLOSE, seq)])
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
             try:
-                identity = self.socket.recv()
+                message = self._receive()
             except zmq.Again:
                 continue
-            frames = self.recv_rest()
-            try:
-                header = protocol.parse_header(frames[0]) if frames else None
-            except ProtocolError:
-                header = None
-            if header is not None and header.kind == Kind.BYE:
-                waiting.discard(identity)
+            if message is not None:
+                self._drain()
+                if message[1].kind == Kind.BYE:
+                    waiting.discard(message[0])
         if waiting:
             logger.warning("%d client(s) did not acknowledge CLOSE within %g s", len(waiting), timeout)
-        for client in clients:
-            self._forget(client, "the server closed", level=logging.DEBUG)
+        self.clients.clear()
+        self.slots = [None] * self.num_envs
         self.socket.close(linger=0)
         self.context.term()
 
@@ -354,46 +494,52 @@ class SlotServer:
         except ProtocolError as error:
             self._drain()
             logger.warning("dropping a malformed message from peer %s: %s", identity.hex()[:16], error)
+            self._try_send(identity, _error_message(f"malformed message: {error}"))
             return None
 
     def _poll_once(self) -> None:
         try:
             message = self._receive()
         except zmq.Again:
-            if self.watchdog is not None:
-                self.watchdog()
-            return
+            message = None
         if message is not None:
-            self._handle_other(*message, {})
+            self._handle_other(*message)
+        self._checks(())
 
-    def _idle(self, deadline: float, pending: Iterable[ClientInfo], what: str, timeout: float) -> None:
+    def _checks(self, pending: Iterable[ClientInfo]) -> None:
+        """At most every ``POLL_SECONDS``: run the watchdog and probe the clients awaited."""
+        now = time.monotonic()
+        if now - self._last_checks < POLL_SECONDS:
+            return
+        self._last_checks = now
         if self.watchdog is not None:
             self.watchdog()
-        if time.monotonic() > deadline:
-            waiting = "; ".join(client.describe() for client in pending)
-            raise RemoteTimeoutError(f"timed out after {timeout:g} s waiting for {what} from {waiting}")
+        for client in list(pending):
+            if client.identity in self.clients:
+                self.send(client, [protocol.pack_header(Kind.PING)])
 
-    def _handle_other(
-        self, identity: bytes, header: protocol.Header, frame: bytes, pending: dict[bytes, ClientInfo]
-    ) -> None:
+    def _handle_other(self, identity: bytes, header: protocol.Header, frame: bytes) -> None:
         """A message that is not an awaited reply: a join, a leave, a late reply, or a stray."""
-        if header.kind == Kind.HELLO:
+        kind = header.kind
+        if kind == Kind.HELLO:
             self._on_hello(identity, header)
             return
         client = self.clients.get(identity)
-        if header.kind == Kind.ERROR and client is None:
+        if kind == Kind.ERROR and client is None:
             self._on_start_failure(identity, header)
             return
         self._drain()
-        if client is None:
-            logger.warning("ignoring %s from an unknown peer (it has not sent HELLO)", kind_name(header.kind))
-        elif header.kind == Kind.BYE:
-            self._forget(client, "it left")
-            if identity in pending:
-                del pending[identity]
-                raise ClientLostError(f"{client.describe()} left while the server waited for its reply")
+        if kind == Kind.BYE:
+            if client is not None:
+                self.lose(client, "it left", tell=False)
+            elif self.waiting.pop(identity, None) is not None:
+                logger.info("a waiting client left the line; %d waiting", len(self.waiting))
+        elif client is None:
+            logger.warning("ignoring %s from a peer that is not a member", kind_name(kind))
+            self._try_send(identity, protocol.message(Kind.EVICT, {"reason": "not a member: send HELLO to join"}))
         else:
-            logger.debug("dropping a late %s (seq %d) from %s", kind_name(header.kind), header.seq, client.describe())
+            client.last_seen = time.monotonic()
+            logger.debug("dropping a late %s (seq %d) from %s", kind_name(kind), header.seq, client.describe())
 
     def _on_start_failure(self, identity: bytes, header: protocol.Header) -> None:
         try:
@@ -414,8 +560,8 @@ class SlotServer:
             self._drain()
             self._welcome(self.clients[identity])
             return
+        frames, peer_address = self._recv_rest_and_peer()
         try:
-            frames = self.recv_rest()
             if header.version != protocol.PROTOCOL_VERSION:
                 raise _Refusal(
                     "version",
@@ -423,16 +569,38 @@ class SlotServer:
                     f"the client {header.version}",
                 )
             hello = protocol.read_value(frames)
-            client = self._admit(identity, hello)
+            if not isinstance(hello, dict):
+                raise ProtocolError("HELLO must carry a dict")
+            previous = self._member_with_session(hello.get("previous_session"))
+            if previous is not None:  # the same client, reconnected: its old membership ends here
+                self.lose(previous, "it reconnected as a new session", tell=False)
+            self._join(identity, hello, peer_address)
         except _Refusal as refusal:
+            self.waiting.pop(identity, None)
             self._refuse(identity, refusal.code, str(refusal))
-            return
         except (ProtocolError, KeyError, TypeError, ValueError) as error:
             self._refuse(identity, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
+
+    def _join(self, identity: bytes, hello: dict[str, Any], peer_address: str) -> None:
+        """Admit a client, or put it in line when there is no free slot and it asked to wait."""
+        try:
+            client = self._admit(identity, hello, peer_address)
+        except _Refusal as refusal:
+            if refusal.code != "full" or not hello.get("wait"):
+                raise
+            if identity not in self.waiting:
+                self.waiting[identity] = _Waiter(hello, peer_address)
+                logger.info(
+                    "no free slot for client %r; it waits in line (%d waiting)", hello.get("name"), len(self.waiting)
+                )
+            position = list(self.waiting).index(identity) + 1
+            self._refuse(identity, "full", f"{refusal}; waiting in line at position {position}", waiting=True)
             return
+        self.waiting.pop(identity, None)
         self.clients[identity] = client
         for slot in client.slots:
             self.slots[slot] = client
+            self.slot_epochs[slot] += 1
         if self.observation_space is None:
             self.set_spaces(client.observation_spaces[0], client.action_spaces[0])
             if self.on_first_spaces is not None:
@@ -440,17 +608,28 @@ class SlotServer:
         self._prepare_targets(client)
         self._welcome(client)
         logger.info(
-            "%s joined from %s (pid %d); %d of %d slots served",
+            "%s joined from %s (pid %d, %s); %d of %d slots served",
             client.describe(),
             client.host,
             client.pid,
+            client.peer_address or "local",
             self.served,
             self.num_envs,
         )
+        if self.on_join is not None:
+            self.on_join(client)
 
-    def _admit(self, identity: bytes, hello: dict[str, Any]) -> ClientInfo:
-        if not isinstance(hello, dict):
-            raise ProtocolError("HELLO must carry a dict")
+    def _admit_waiters(self) -> None:
+        """Give free slots to the clients waiting in line, first come first served."""
+        for identity, waiter in list(self.waiting.items()):
+            if not [slot for slot in self.empty_slots() if slot not in self.quarantined]:
+                return
+            try:
+                self._join(identity, waiter.hello, waiter.peer_address)
+            except _Refusal:
+                continue  # e.g. it needs more slots than are free; later arrivals may fit
+
+    def _admit(self, identity: bytes, hello: dict[str, Any], peer_address: str) -> ClientInfo:
         if hello.get("protocol") != protocol.PROTOCOL_VERSION:
             raise _Refusal(
                 "version",
@@ -471,8 +650,8 @@ class SlotServer:
             if count != launch.count:
                 raise _Refusal("invalid", f"launched client {launch_index} hosts {count} envs, expected {launch.count}")
             slots = list(range(launch.first_slot, launch.first_slot + count))
-            if any(self.slots[slot] is not None for slot in slots):
-                raise _Refusal("full", f"the slots of launched client {launch_index} are taken")
+            if self.empty_slots(slots) != slots or self.quarantined.intersection(slots):
+                raise _Refusal("full", f"the slots of launched client {launch_index} are not free yet")
         else:
             slots = self._free_slots(count)
         metadata = hello.get("metadata") or {}
@@ -481,12 +660,13 @@ class SlotServer:
         if trusted and hello.get("metadata_pickle"):
             metadata = {**metadata, **cloudpickle.loads(hello["metadata_pickle"])}
         render_mode = hello.get("render_mode")
+        rejoins = hello.get("rejoins", 0)
         return ClientInfo(
             identity=identity,
             name=str(hello.get("name", "?"))[:200],
             host=str(hello.get("host", "?"))[:200],
             pid=int(hello.get("pid", 0)),
-            session=str(hello.get("session", "")),
+            session=str(hello.get("session", ""))[:64],
             slots=slots,
             trusted=trusted,
             observation_spaces=observation_spaces,
@@ -494,7 +674,14 @@ class SlotServer:
             metadata=metadata,
             render_mode=render_mode if isinstance(render_mode, str) else None,
             launch_index=launch_index,
+            peer_address=peer_address,
+            rejoins=rejoins if type(rejoins) is int else 0,
         )
+
+    def _member_with_session(self, session: Any) -> ClientInfo | None:
+        if type(session) is not str or not session:
+            return None
+        return next((client for client in self.clients.values() if client.session == session), None)
 
     def _check_launch(self, launch: Any) -> tuple[int | None, bool]:
         if launch is None:
@@ -529,7 +716,11 @@ class SlotServer:
                 )
 
     def _free_slots(self, count: int) -> list[int]:
-        free = [slot for slot in range(self.num_envs) if self.slots[slot] is None and not self._reserved[slot]]
+        free = [
+            slot
+            for slot in range(self.num_envs)
+            if self.slots[slot] is None and not self._reserved[slot] and slot not in self.quarantined
+        ]
         if len(free) < count:
             raise _Refusal(
                 "full",
@@ -557,30 +748,46 @@ class SlotServer:
         welcome = {
             "protocol": protocol.PROTOCOL_VERSION,
             "server": self.name,
+            "server_session": self.session,
             "slots": client.slots,
             "num_envs": self.num_envs,
             "autoreset_mode": self.autoreset_mode.value,
             "observation_space": codec.space_to_value(self.observation_space, allow_pickle=client.trusted),
             "action_space": codec.space_to_value(self.action_space, allow_pickle=client.trusted),
             "allow_pickle": client.trusted,
+            "liveness_timeout": self.liveness_timeout,
+            "reset_first": self.reset_first,
         }
-        self.socket.send_multipart([client.identity, *protocol.message(Kind.WELCOME, welcome)])
+        if not self._try_send(client.identity, protocol.message(Kind.WELCOME, welcome)):
+            self.lose(client, "it left before its WELCOME", tell=False)
 
-    def _refuse(self, identity: bytes, code: str, reason: str) -> None:
-        logger.warning("refused a client: %s", reason)
-        self.refusals.append(reason)
+    def _refuse(self, identity: bytes, code: str, reason: str, *, waiting: bool = False) -> None:
+        if waiting:
+            logger.debug("client waits in line: %s", reason)
+        else:
+            logger.warning("refused a client: %s", reason)
+            self.refusals.append(reason)
+            del self.refusals[:-10]
+        self._try_send(identity, protocol.message(Kind.REFUSE, {"code": code, "reason": reason, "waiting": waiting}))
+
+    def _try_send(self, identity: bytes, frames: list[Any]) -> bool:
+        """Send a control message to a peer that may be gone; False if it cannot be routed."""
         try:
-            self.socket.send_multipart([identity, *protocol.message(Kind.REFUSE, {"code": code, "reason": reason})])
+            self.socket.send_multipart([identity, *frames])
+            return True
         except zmq.ZMQError:
-            pass
+            return False
 
-    def _forget(self, client: ClientInfo, why: str, level: int = logging.INFO) -> None:
-        if self.clients.pop(client.identity, None) is None:
-            return
-        for slot in client.slots:
-            if self.slots[slot] is client:
-                self.slots[slot] = None
-        logger.log(level, "%s is gone: %s; %d of %d slots served", client.describe(), why, self.served, self.num_envs)
+    def _recv_rest_and_peer(self) -> tuple[list[bytes], str]:
+        """The remaining frames of the current message and the peer's network address ("" if unknown)."""
+        if not self.has_more():
+            return [], ""
+        first = self.socket.recv(copy=False)
+        try:
+            peer = first.get("Peer-Address")
+        except (zmq.ZMQError, KeyError):
+            peer = ""
+        return [first.bytes, *self.recv_rest()], peer if isinstance(peer, str) else ""
 
     def _remote_error(self, client: ClientInfo, report: Any, what: str) -> RemoteEnvError:
         if not isinstance(report, dict):
@@ -603,6 +810,10 @@ class _Refusal(Exception):
     def __init__(self, code: str, reason: str) -> None:
         super().__init__(reason)
         self.code = code
+
+
+def _error_message(text: str) -> list[Any]:
+    return protocol.message(Kind.ERROR, {"type": "ProtocolError", "message": text, "traceback": "", "index": None})
 
 
 def _spaces_per_env(hello: dict[str, Any], which: str, count: int, trusted: bool) -> list[gym.Space]:

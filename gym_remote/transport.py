@@ -14,7 +14,7 @@ import zmq
 
 from gym_remote.errors import ProtocolError
 
-__all__ = ["send_frames", "recv_into", "recv_rest", "drain", "ZERO_COPY_BYTES"]
+__all__ = ["send_frames", "recv_into", "recv_rest", "drain", "set_heartbeats", "ZERO_COPY_BYTES"]
 
 SNDMORE = int(zmq.SNDMORE)
 RCVMORE = int(zmq.RCVMORE)
@@ -60,3 +60,19 @@ def drain(sock: zmq.Socket) -> None:
     """Discard the remaining frames of the current message."""
     while sock.get(RCVMORE):
         sock.recv()
+
+
+HEARTBEAT_INTERVAL_MS = 1000
+"""How often libzmq sends a ZMTP heartbeat on a connection (more often for short timeouts)."""
+
+
+def set_heartbeats(sock: zmq.Socket, liveness_timeout: float) -> None:
+    """ZMTP heartbeats: libzmq closes a connection that shows no sign of life within ``liveness_timeout``.
+
+    They are answered by the peer's libzmq I/O thread, whatever the peer's Python code is doing, so a
+    busy env keeps its connection alive and a dead or unreachable process loses it.
+    """
+    timeout_ms = max(1, int(liveness_timeout * 1000))
+    sock.setsockopt(zmq.HEARTBEAT_IVL, min(HEARTBEAT_INTERVAL_MS, max(1, timeout_ms // 4)))
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout_ms)
+    sock.setsockopt(zmq.HEARTBEAT_TTL, timeout_ms)

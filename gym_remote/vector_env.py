@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
@@ -17,10 +18,10 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, concatenate, create_empty_array, iterate
 
 from gym_remote import codec, protocol
-from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError
+from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError, RemoteTimeoutError
 from gym_remote.launch import LocalClients
 from gym_remote.protocol import FLAG_VALUE, Kind
-from gym_remote.server import ClientInfo, SlotServer
+from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, ClientInfo, SlotServer
 
 __all__ = ["RemoteVectorEnv"]
 
@@ -54,8 +55,16 @@ class RemoteVectorEnv(VectorEnv):
         num_clients: local processes to start (default: the CPU count, at most ``len(env_fns)``).
         observation_space, action_space: single spaces for the server form; default: those of the
             first client that joins.
-        timeout: seconds to wait for the clients' answers to a reset, step or call.
-        connect_timeout: seconds to wait for clients to fill the slots (at start-up and in :meth:`reset`).
+        timeout: seconds to wait for a live client's answer to a reset, step or call (a slow env is
+            waited for this long; a dead or unreachable client is noticed within ``liveness_timeout``).
+        connect_timeout: seconds to wait for clients to serve empty slots: at start-up, in :meth:`reset`,
+            and in :meth:`step` for the replacement of a lost client.
+        liveness_timeout: seconds without a sign of life on a client's connection (ZeroMQ heartbeats,
+            answered whatever its envs are doing) before the client is declared lost.
+        max_restarts: times in a row a local client may die without serving a step before the vector
+            env gives up restarting it and raises.
+        max_message_bytes: largest message frame a client may send (default 256 MiB); a client sending
+            more is cut off (and declared lost).
         allow_pickle: the trusted pickle mode, for values that cannot travel safely (e.g. custom
             objects in infos or ``get_attr`` results). ``None`` (default): only for the local clients this
             env starts itself; ``True``: also for remote clients that ask for it; ``False``: never.
@@ -88,6 +97,9 @@ class RemoteVectorEnv(VectorEnv):
         action_space: gym.Space | None = None,
         timeout: float = 300.0,
         connect_timeout: float = 60.0,
+        liveness_timeout: float = 10.0,
+        max_restarts: int = 3,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         allow_pickle: bool | None = None,
         name: str = "gym_remote",
     ) -> None:
@@ -138,6 +150,9 @@ class RemoteVectorEnv(VectorEnv):
         self._env_obs: list[Any] = [None] * self.num_envs
         self._slot_infos: dict[int, dict] = {}
         self._slot_finals: dict[int, tuple[Any, dict]] = {}
+        self._started = False  # the first reset() happened: a lost client now ends an episode
+        self._lost_unreported: dict[int, str] = {}  # slots whose client was lost, to report in the next step
+        self._local_served: dict[int, bool] = {}  # launch index -> whether its last process served a step
 
         try:
             if env_fns is not None:
@@ -145,7 +160,14 @@ class RemoteVectorEnv(VectorEnv):
                 count = num_clients if num_clients is not None else min(os.cpu_count() or 1, len(env_fns))
                 if not 1 <= count <= len(env_fns):
                     raise ValueError(f"num_clients must be between 1 and len(env_fns)={len(env_fns)}, got {count}")
-                self._local = LocalClients(env_fns, count, self._workdir, connect_timeout=connect_timeout)
+                self._local = LocalClients(
+                    env_fns,
+                    count,
+                    self._workdir,
+                    connect_timeout=connect_timeout,
+                    liveness_timeout=liveness_timeout,
+                    max_restarts=max_restarts,
+                )
                 if bind is None:
                     bind = f"ipc://{self._workdir}/server" if os.name == "posix" else "tcp://127.0.0.1:*"
             self._server = SlotServer(
@@ -155,9 +177,13 @@ class RemoteVectorEnv(VectorEnv):
                 autoreset_mode=self.autoreset_mode,
                 allow_pickle=allow_pickle,
                 launches=self._local.slots if self._local is not None else (),
+                liveness_timeout=liveness_timeout,
+                max_message_bytes=max_message_bytes,
                 name=name,
             )
             self._server.on_first_spaces = self._adopt_first_client
+            self._server.on_join = self._on_join
+            self._server.on_lost = self._on_lost
             if observation_space is not None:
                 self._set_spaces(observation_space, action_space)
             if self._local is not None:
@@ -171,17 +197,10 @@ class RemoteVectorEnv(VectorEnv):
     def _start_local_clients(self, allow_pickle: bool | None) -> None:
         server, local = self._server, self._local
         local.start(server.address, allow_pickle=allow_pickle is not False)
-        server.watchdog = local.check
+        server.watchdog = self._supervise
         try:
             server.wait_for_slots(self.connect_timeout, what="the local clients")
-        except ClientLostError as error:
-            if server.launch_failures:
-                index, report = next(iter(server.launch_failures.items()))
-                raise RemoteEnvError(
-                    f"local client {index} could not make its envs: {report.get('type')}: {report.get('message')}",
-                    remote_type=str(report.get("type", "")),
-                    remote_traceback=str(report.get("traceback", "")),
-                ) from None
+        except (ClientLostError, RemoteTimeoutError) as error:
             if server.refusals:
                 raise RuntimeError(f"a local client was refused: {server.refusals[-1]}") from error
             raise
@@ -195,6 +214,48 @@ class RemoteVectorEnv(VectorEnv):
         self.render_mode = client.render_mode
         if self._single_observation_space is None:
             self._set_spaces(client.observation_spaces[0], client.action_spaces[0])
+
+    def _on_join(self, client: ClientInfo) -> None:
+        if client.launch_index is not None:
+            self._server.launch_failures.pop(client.launch_index, None)
+
+    def _on_lost(self, client: ClientInfo, reason: str) -> None:
+        """A client is gone: its episodes end (reported by the next step) and its slots wait for a new client."""
+        if self._started:
+            for slot in client.slots:
+                self._lost_unreported[slot] = reason
+            self._server.quarantine(client.slots)  # no replacement before the loss is reported
+        if client.launch_index is not None and self._local is not None:
+            self._local_served[client.launch_index] = client.steps > 0
+            self._local.kill(client.launch_index)  # it is restarted once its process has ended
+
+    def _supervise(self) -> None:
+        """The watchdog of local clients: notice dead processes, restart them after a backoff, or give up."""
+        local, server = self._local, self._server
+        for index, code in local.poll_exits():
+            member = next((client for client in server.clients.values() if client.launch_index == index), None)
+            if member is not None:
+                server.lose(member, f"its process exited with code {code}", tell=False)
+            delay = local.schedule_restart(index, served=self._local_served.pop(index, False))
+            if delay is None:
+                raise self._local_client_failed(index, code)
+            logger.warning("local client %d exited with code %d; restarting it in %.1f s", index, code, delay)
+        local.start_due()
+
+    def _local_client_failed(self, index: int, code: int) -> Exception:
+        launch = self._local.slots[index]
+        what = (
+            f"local client {index} (env_fns[{launch.first_slot}:{launch.first_slot + launch.count}]) failed "
+            f"{self._local.failures[index]} times in a row (last exit code {code}); it is not restarted again"
+        )
+        report = self._server.launch_failures.get(index)
+        if report is None:
+            return ClientLostError(what)
+        return RemoteEnvError(
+            f"{what}. It could not make its envs: {report.get('type')}: {report.get('message')}",
+            remote_type=str(report.get("type", "")),
+            remote_traceback=str(report.get("traceback", "")),
+        )
 
     def _set_spaces(self, single_observation_space: gym.Space, single_action_space: gym.Space) -> None:
         self._single_action_space = single_action_space
@@ -274,6 +335,26 @@ class RemoteVectorEnv(VectorEnv):
         """How many clients are connected now."""
         return len(self._server.clients)
 
+    def stats(self) -> list[dict[str, Any]]:
+        """Who serves each slot, and how well: one dict per slot.
+
+        Keys: ``slot``; ``epoch`` (how many clients have served the slot); ``served``; for an empty
+        slot ``empty_for`` (seconds); for a served one ``client`` (name), ``host``, ``pid``, ``address``
+        (the client's network address, "" for ipc), ``session``, ``local`` (started by this env),
+        ``steps`` (commands answered by the client), ``last_seen`` (seconds since its last message),
+        ``latency`` (seconds from sending the last command to its reply), ``connected_for`` (seconds),
+        ``rejoins`` (times the client reconnected after losing a server) and ``restarts`` (times this
+        env restarted the local client).
+        """
+        self._check_open()
+        rows = self._server.stats()
+        for row in rows:
+            client = self._server.slots[row["slot"]]
+            if client is not None:
+                index = client.launch_index
+                row["restarts"] = self._local.restarts[index] if index is not None and self._local else 0
+        return rows
+
     @property
     def np_random_seed(self) -> tuple[int, ...]:
         """The sub-envs' ``np_random_seed``, one per slot."""
@@ -311,38 +392,31 @@ class RemoteVectorEnv(VectorEnv):
             reset_mask = options.pop("reset_mask")
             _check_reset_mask(reset_mask, self.num_envs)
         self._ensure_spaces()
-        needed = range(self.num_envs) if reset_mask is None else np.flatnonzero(reset_mask).tolist()
-        self._server.wait_for_slots(self.connect_timeout, needed)
-        clients = self._clients_of(needed)
-
-        def build(client: ClientInfo, seq: int) -> list[Any]:
-            command = {
-                "seeds": [seed[slot] for slot in client.slots],
-                "options": options,
-                "mask": None if reset_mask is None else [bool(reset_mask[slot]) for slot in client.slots],
-            }
-            return protocol.message(
-                Kind.RESET,
-                command,
-                seq=seq,
-                count=client.count,
-                allow_pickle=client.trusted,
-                label=lambda path: _reset_label(client, path),
-            )
-
-        self._exchange(clients, build, "reset", scalars=False)
-        if reset_mask is None:
-            self._terminations[:] = False
-            self._truncations[:] = False
-            self._autoreset_envs[:] = False
-        else:
-            self._terminations[reset_mask] = False
-            self._truncations[reset_mask] = False
-            self._autoreset_envs[reset_mask] = False
+        slots = list(range(self.num_envs)) if reset_mask is None else np.flatnonzero(reset_mask).tolist()
+        self._slot_infos.clear()
+        self._slot_finals.clear()
+        for slot in slots:  # a new episode starts there: a loss need not be reported any more
+            self._lost_unreported.pop(slot, None)
+        self._server.release(slots)
+        self._reset_slots(slots, seed, options, "reset")
+        self._terminations[slots] = False
+        self._truncations[slots] = False
+        self._autoreset_envs[slots] = False
+        self._started = True
+        # From now on a replacement client's envs start as if their episode had ended, so that in
+        # NEXT_STEP mode their first step is the autoreset step that delivers their reset observation.
+        self._server.reset_first = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        self._gather_observations()
         return self._observations_out(), self._collect_infos()
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step every sub-env with its action; as ``SyncVectorEnv.step`` (autoreset happens in the clients)."""
+        """Step every sub-env with its action; as ``SyncVectorEnv.step`` (autoreset happens in the clients).
+
+        A slot whose client was lost reports ``truncated=True`` and ``infos["client_lost"]``; in
+        ``SAME_STEP`` mode its ``final_obs`` is its last observation and it restarts with a replacement
+        client's reset, which this call waits for. A slot without a client otherwise waits for one
+        (up to ``connect_timeout``).
+        """
         self._check_open()
         self._ensure_spaces()
         if self.autoreset_mode is AutoresetMode.DISABLED and self._autoreset_envs.any():
@@ -350,9 +424,20 @@ class RemoteVectorEnv(VectorEnv):
                 f"autoreset_mode=DISABLED and the episodes of slots {np.flatnonzero(self._autoreset_envs).tolist()} "
                 "have ended: reset them with reset(options={'reset_mask': mask}) before stepping"
             )
-        self._require_all_slots("step")
         build = self._array_step_builder(actions) or self._value_step_builder(actions)
-        self._exchange(list(self._server.clients.values()), build, "step", scalars=True)
+        self._slot_infos.clear()
+        self._slot_finals.clear()
+        stepped = self._wait_for_clients(lambda: [s for s in range(self.num_envs) if s not in self._lost_unreported])
+        self._server.exchange(
+            self._server.clients_of(stepped),
+            build,
+            lambda client, header, frame: self._read_result(client, header, frame, "step"),
+            reply_kind=Kind.RESULT,
+            timeout=self.timeout,
+            what="step",
+        )
+        self._report_lost_slots()
+        self._gather_observations()
         np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
         return (
             self._observations_out(),
@@ -369,7 +454,6 @@ class RemoteVectorEnv(VectorEnv):
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` on every sub-env (reached through wrappers) or read it if not callable; one result per slot."""
         self._check_open()
-        self._require_all_slots(f"call({name!r})")
         command = {"name": name, "args": list(args), "kwargs": kwargs}
         return self._call_clients(Kind.CALL, lambda client: command, f"call({name!r})")
 
@@ -387,7 +471,6 @@ class RemoteVectorEnv(VectorEnv):
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
-        self._require_all_slots(f"set_attr({name!r})")
         self._call_clients(
             Kind.SET_ATTR,
             lambda client: {"name": name, "values": [values[slot] for slot in client.slots]},
@@ -424,20 +507,85 @@ class RemoteVectorEnv(VectorEnv):
         if self.closed:
             raise ClosedEnvironmentError(f"{type(self).__name__} is closed; it cannot be used any more")
 
-    def _require_all_slots(self, what: str) -> None:
-        empty = self._server.empty_slots()
-        if empty:
-            raise ClientLostError(
-                f"cannot {what}: slots {protocol.format_slots(empty)} have no client "
-                f"({self._server.served} of {self.num_envs} served); call reset() to wait for clients"
+    def _wait_for_clients(self, slots_needed: Callable[[], list[int]]) -> list[int]:
+        """Wait (up to ``connect_timeout``) until the slots ``slots_needed()`` names all have a client.
+
+        The slots needed are asked again after every message handled, as clients may be lost meanwhile.
+        """
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            slots = slots_needed()
+            empty = self._server.empty_slots(slots)
+            if not empty:
+                return slots
+            if time.monotonic() > deadline:
+                raise RemoteTimeoutError(self._server.empty_slots_message(self.connect_timeout, "their slots", empty))
+            self._server.poll()
+
+    def _reset_slots(self, slots: list[int], seed: list | None, options: Any, what: str) -> None:
+        """Reset the envs of ``slots``, waiting for clients where needed, again where a client is lost meanwhile."""
+        remaining = set(slots)
+        build = self._reset_builder(seed, options, remaining)
+        while remaining:
+            self._wait_for_clients(lambda: sorted(remaining))
+            clients = self._server.clients_of(sorted(remaining))
+
+            def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
+                self._read_result(client, header, frame, what)
+                remaining.difference_update(client.slots)
+
+            self._server.exchange(clients, build, on_reply, reply_kind=Kind.RESULT, timeout=self.timeout, what=what)
+
+    def _reset_builder(
+        self, seed: list | None, options: Any, mask: set[int] | None
+    ) -> Callable[[ClientInfo, int], list[Any]]:
+        """RESET commands: slot ``s`` seeded with ``seed[s]``; only the slots in ``mask`` (all if None)."""
+
+        def build(client: ClientInfo, seq: int) -> list[Any]:
+            selected = None if mask is None or mask.issuperset(client.slots) else [s in mask for s in client.slots]
+            command = {
+                "seeds": [None if seed is None else seed[slot] for slot in client.slots],
+                "options": options,
+                "mask": selected,
+            }
+            return protocol.message(
+                Kind.RESET,
+                command,
+                seq=seq,
+                count=client.count,
+                allow_pickle=client.trusted,
+                label=lambda path: _reset_label(client, path),
             )
 
-    def _clients_of(self, slots: Sequence[int] | range) -> list[ClientInfo]:
-        clients: dict[bytes, ClientInfo] = {}
-        for slot in slots:
-            client = self._server.slots[slot]
-            clients.setdefault(client.identity, client)
-        return list(clients.values())
+        return build
+
+    def _report_lost_slots(self) -> None:
+        """End the episodes of the slots whose client was lost: truncated, ``client_lost`` in their infos."""
+        lost = sorted(self._lost_unreported)
+        if not lost:
+            return
+        for slot in lost:
+            self._slot_infos[slot] = {}
+            self._slot_finals.pop(slot, None)
+        self._server.release(lost)
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:  # the next episode starts now, with a replacement
+            for slot in lost:
+                self._slot_finals[slot] = (self._last_observation(slot), {"client_lost": True})
+            self._reset_slots(lost, None, None, "the reset of a replacement client")
+        self._rewards[lost] = 0.0
+        self._terminations[lost] = False
+        self._truncations[lost] = True
+        for slot in lost:
+            self._slot_infos[slot] = {**self._slot_infos[slot], "client_lost": True}
+            del self._lost_unreported[slot]
+        logger.info("slots %s: episodes truncated, their client was lost", protocol.format_slots(lost))
+
+    def _last_observation(self, slot: int) -> Any:
+        """A copy of the last observation the batch holds for ``slot``."""
+        if not self._observation_is_array:
+            return deepcopy(self._env_obs[slot])
+        leaves = codec.batch_leaves(self._single_observation_space, self._observations)
+        return codec.leaves_to_batch(self._single_observation_space, [leaf[slot].copy() for leaf in leaves])
 
     def _array_step_builder(self, actions: Any) -> Callable[[ClientInfo, int], list[Any]] | None:
         """STEP commands carrying the actions as array frames, or None when they must travel as values.
@@ -490,21 +638,11 @@ class RemoteVectorEnv(VectorEnv):
 
         return build
 
-    def _exchange(self, clients: list[ClientInfo], build: Callable, what: str, *, scalars: bool) -> None:
-        self._slot_infos.clear()
-        self._slot_finals.clear()
-        self._server.exchange(
-            clients,
-            build,
-            lambda client, header, frame: self._read_result(client, header, frame, what, scalars),
-            reply_kind=Kind.RESULT,
-            timeout=self.timeout,
-            what=what,
-        )
+    def _gather_observations(self) -> None:
         if not self._observation_is_array:
             self._observations = concatenate(self._single_observation_space, self._env_obs, self._observations)
 
-    def _read_result(self, client: ClientInfo, header: protocol.Header, frame: bytes, what: str, scalars: bool) -> None:
+    def _read_result(self, client: ClientInfo, header: protocol.Header, frame: bytes, what: str) -> None:
         """Land one client's RESULT in the batch: arrays in place, infos kept per slot for _collect_infos."""
         count = client.count
         if header.count != count:
@@ -513,10 +651,9 @@ class RemoteVectorEnv(VectorEnv):
         server = self._server
         server.recv_into(client.observation_targets, what)
         rows = client.rows
-        if scalars:
-            self._rewards[rows] = rewards
-            self._terminations[rows] = terminations
-            self._truncations[rows] = truncations
+        self._rewards[rows] = rewards
+        self._terminations[rows] = terminations
+        self._truncations[rows] = truncations
         if header.flags & FLAG_VALUE:
             self._read_result_value(client, server.recv_value(client, header))
         elif server.has_more():
@@ -583,14 +720,19 @@ class RemoteVectorEnv(VectorEnv):
                 for slot, value in zip(client.slots, values, strict=True):
                     results[slot] = value
 
-        self._server.exchange(
-            self._clients_of(range(self.num_envs)),
-            build,
-            on_reply,
-            reply_kind=Kind.CALL_RESULT,
-            timeout=self.timeout,
-            what=what,
+        if self._lost_unreported:
+            slots = protocol.format_slots(sorted(self._lost_unreported))
+            raise ClientLostError(
+                f"{what} cannot reach slots {slots}: their client was lost (the next step() reports it, "
+                "and a new client takes over)"
+            )
+        clients = self._server.clients_of(self._wait_for_clients(lambda: list(range(self.num_envs))))
+        lost = self._server.exchange(
+            clients, build, on_reply, reply_kind=Kind.CALL_RESULT, timeout=self.timeout, what=what
         )
+        if lost:
+            slots = sorted(slot for client in lost for slot in client.slots)
+            raise ClientLostError(f"{what} failed: the clients of slots {protocol.format_slots(slots)} were lost")
         return tuple(results)
 
     def _observations_out(self) -> Any:
