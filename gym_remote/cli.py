@@ -6,7 +6,8 @@ Subcommands:
 * ``demo`` runs a rollout on CartPole through local clients and reports speed and episode statistics;
 * ``serve`` runs the same rollout on a server that remote clients join.
 
-Exit codes: 0 done, 1 failed at run time (refused, timed out, env error), 2 bad usage, 130 interrupted.
+Exit codes: 0 done, 1 failed at run time (refused, timed out, env error), 2 bad usage, 130 interrupted
+(Ctrl-C), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import functools
 import importlib
 import json
 import logging
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +33,7 @@ __all__ = ["main", "build_parser", "make_env_fns"]
 
 logger = logging.getLogger("gym_remote")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +204,7 @@ def _import_factory(spec: str) -> Callable:
 def _run_client(args: argparse.Namespace) -> int:
     from gym_remote.client import EnvClient
 
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # leave cleanly (BYE) rather than vanish
     env_fns = make_env_fns(args.env, args.factory, args.num_envs, args.env_kwargs)
     client = EnvClient(
         args.address,
@@ -300,6 +303,10 @@ def _report(stats: dict[str, float]) -> None:
         )
     else:
         print("no episode finished")
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_TERMINATED)
 
 
 def _positive_int(text: str) -> int:

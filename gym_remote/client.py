@@ -275,6 +275,9 @@ class EnvClient:
                 join_timeout = self.reconnect_timeout
                 logger.warning("client %s: lost the server at %s; rejoining", self.name, self.address)
                 self._open_socket(linger=0)
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: leave cleanly, so the slots free up
+            self._say_bye()
+            raise
         finally:
             if hosted is not None:
                 hosted.close()
@@ -299,6 +302,15 @@ class EnvClient:
         self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         sock.connect(self.address)
         self._socket = sock
+
+    def _say_bye(self) -> None:
+        sock = getattr(self, "_socket", None)
+        if sock is not None:
+            try:
+                sock.send_multipart(protocol.message(Kind.BYE), zmq.NOBLOCK)
+                logger.info("client %s: leaving", self.name)
+            except zmq.ZMQError:
+                pass
 
     def _close_socket(self, linger: int) -> None:
         sock = getattr(self, "_socket", None)

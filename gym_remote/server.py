@@ -40,6 +40,12 @@ logger = logging.getLogger(__name__)
 POLL_SECONDS = 0.25
 """Longest a wait blocks inside libzmq before it checks deadlines, probes peers and runs the watchdog."""
 
+PROBE_SECONDS = 0.5
+"""A client awaited and not heard from for this long is probed (once per this interval)."""
+
+SEND_HWM = 10_000
+"""Messages queued for one client before sends to it fail (ZMQ_SNDHWM)."""
+
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 """Largest frame a peer may send by default (ZMQ_MAXMSGSIZE): 256 MiB; a peer sending more is cut off."""
 
@@ -64,6 +70,7 @@ class ClientInfo:
     rejoins: int = 0
     joined_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
+    last_probe: float = 0.0
     latency: float | None = None
     steps: int = 0
     # recv_into targets for the observation leaves, and how to scatter them if slots are not consecutive
@@ -172,6 +179,7 @@ class SlotServer:
         sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
         sock.setsockopt(zmq.RCVTIMEO, int(POLL_SECONDS * 1000))
         sock.setsockopt(zmq.SNDTIMEO, int(POLL_SECONDS * 1000))
+        sock.setsockopt(zmq.SNDHWM, SEND_HWM)
         transport.set_heartbeats(sock, liveness_timeout)
         try:
             sock.bind(bind)
@@ -394,9 +402,13 @@ class SlotServer:
             transport.send_frames(self.socket, [client.identity, *frames])
             return True
         except zmq.ZMQError as error:
-            if error.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+            if error.errno == zmq.EHOSTUNREACH:
+                reason = "its connection is gone"
+            elif error.errno == zmq.EAGAIN:
+                reason = f"its queue is full: it has not read anything for long (over {SEND_HWM} messages)"
+            else:
                 raise
-        self.lose(client, "its connection is gone", tell=False)
+        self.lose(client, reason, tell=False)
         return False
 
     def recv_into(self, targets: Sequence[np.ndarray], what: str) -> None:
@@ -515,8 +527,19 @@ class SlotServer:
         if self.watchdog is not None:
             self.watchdog()
         for client in list(pending):
-            if client.identity in self.clients:
-                self.send(client, [protocol.pack_header(Kind.PING)])
+            if client.identity in self.clients and now - max(client.last_seen, client.last_probe) >= PROBE_SECONDS:
+                client.last_probe = now
+                self._probe(client)
+
+    def _probe(self, client: ClientInfo) -> None:
+        """Check that ``client``'s connection still routes; a busy client with a full queue is not lost."""
+        try:
+            self.socket.send_multipart([client.identity, protocol.pack_header(Kind.PING)], zmq.NOBLOCK)
+        except zmq.ZMQError as error:
+            if error.errno == zmq.EHOSTUNREACH:
+                self.lose(client, "its connection is gone", tell=False)
+            elif error.errno != zmq.EAGAIN:
+                raise
 
     def _handle_other(self, identity: bytes, header: protocol.Header, frame: bytes) -> None:
         """A message that is not an awaited reply: a join, a leave, a late reply, or a stray."""
