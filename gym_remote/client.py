@@ -335,13 +335,18 @@ class EnvClient:
 
     def _join(self, hosted: HostedEnvs, timeout: float | None) -> None:
         """Send HELLO and wait for WELCOME; while the server has no free slot, wait in line."""
-        hello = self._hello(hosted)
-        self._socket.send_multipart(protocol.message(Kind.HELLO, hello, count=hosted.count, what="HELLO"))
-        logger.info("client %s: connecting to %s with %d envs", self.name, self.address, hosted.count)
+        self._send_hello(hosted)
         deadline = None if timeout is None else time.monotonic() + timeout
         in_line = False
         while True:
             frames = self._recv_message()
+            if frames is None and self._connection_dropped():
+                # The server went away before it welcomed us (or while we waited in line): the socket
+                # reconnects on its own, but the HELLO went to the old server. Start over.
+                logger.warning("client %s: the connection dropped before a WELCOME; saying HELLO again", self.name)
+                self._open_socket(linger=0)
+                self._send_hello(hosted)
+                continue
             if frames is None:
                 if self._stop.is_set():
                     raise RemoteTimeoutError(
@@ -390,6 +395,11 @@ class EnvClient:
         )
         self._connection_dropped()  # forget events from before this session's WELCOME
         logger.info("client %s: serving slots %s of %s", self.name, format_slots(self.slots), welcome["server"])
+
+    def _send_hello(self, hosted: HostedEnvs) -> None:
+        hello = self._hello(hosted)
+        self._socket.send_multipart(protocol.message(Kind.HELLO, hello, count=hosted.count, what="HELLO"))
+        logger.info("client %s: connecting to %s with %d envs", self.name, self.address, hosted.count)
 
     def _hello(self, hosted: HostedEnvs) -> dict[str, Any]:
         trusted = self.allow_pickle
