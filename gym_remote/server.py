@@ -170,6 +170,7 @@ class SlotServer:
         self.reset_first = False  # told in WELCOME: new envs start as if their episode had ended
         self._seq = 0
         self._losses = 0
+        self._admitting = False
         self._last_checks = 0.0
 
         self.context = zmq.Context()
@@ -581,7 +582,8 @@ class SlotServer:
     def _on_hello(self, identity: bytes, header: protocol.Header) -> None:
         if identity in self.clients:  # a repeated HELLO: answer as before
             self._drain()
-            self._welcome(self.clients[identity])
+            if not self._welcome(self.clients[identity]):
+                self.lose(self.clients[identity], "its connection is gone", tell=False)
             return
         frames, peer_address = self._recv_rest_and_peer()
         try:
@@ -620,16 +622,21 @@ class SlotServer:
             self._refuse(identity, "full", f"{refusal}; waiting in line at position {position}", waiting=True)
             return
         self.waiting.pop(identity, None)
+        first = self.observation_space is None
+        if first:
+            self.set_spaces(client.observation_spaces[0], client.action_spaces[0])
+        if not self._welcome(client):  # it went away (e.g. it died waiting in line): the slots stay free
+            logger.info("client %r went away before its WELCOME", client.name)
+            if first:
+                self.observation_space = self.action_space = None
+            return
         self.clients[identity] = client
         for slot in client.slots:
             self.slots[slot] = client
             self.slot_epochs[slot] += 1
-        if self.observation_space is None:
-            self.set_spaces(client.observation_spaces[0], client.action_spaces[0])
-            if self.on_first_spaces is not None:
-                self.on_first_spaces(client)
+        if first and self.on_first_spaces is not None:
+            self.on_first_spaces(client)
         self._prepare_targets(client)
-        self._welcome(client)
         logger.info(
             "%s joined from %s (pid %d, %s); %d of %d slots served",
             client.describe(),
@@ -644,13 +651,22 @@ class SlotServer:
 
     def _admit_waiters(self) -> None:
         """Give free slots to the clients waiting in line, first come first served."""
-        for identity, waiter in list(self.waiting.items()):
-            if not [slot for slot in self.empty_slots() if slot not in self.quarantined]:
-                return
-            try:
-                self._join(identity, waiter.hello, waiter.peer_address)
-            except _Refusal:
-                continue  # e.g. it needs more slots than are free; later arrivals may fit
+        if self._admitting:  # a loss while admitting: the running loop goes on with the freed slots
+            return
+        self._admitting = True
+        try:
+            for identity in list(self.waiting):
+                if not [slot for slot in self.empty_slots() if slot not in self.quarantined]:
+                    return
+                waiter = self.waiting.get(identity)
+                if waiter is None:
+                    continue
+                try:
+                    self._join(identity, waiter.hello, waiter.peer_address)
+                except _Refusal:
+                    continue  # e.g. it needs more slots than are free; later arrivals may fit
+        finally:
+            self._admitting = False
 
     def _admit(self, identity: bytes, hello: dict[str, Any], peer_address: str) -> ClientInfo:
         if hello.get("protocol") != protocol.PROTOCOL_VERSION:
@@ -767,7 +783,8 @@ class SlotServer:
         else:
             client.observation_targets = [np.empty_like(leaf[: len(slots)]) for leaf in self.observation_leaves]
 
-    def _welcome(self, client: ClientInfo) -> None:
+    def _welcome(self, client: ClientInfo) -> bool:
+        """Send ``client`` its WELCOME; False if it cannot be reached any more."""
         welcome = {
             "protocol": protocol.PROTOCOL_VERSION,
             "server": self.name,
@@ -781,8 +798,7 @@ class SlotServer:
             "liveness_timeout": self.liveness_timeout,
             "reset_first": self.reset_first,
         }
-        if not self._try_send(client.identity, protocol.message(Kind.WELCOME, welcome)):
-            self.lose(client, "it left before its WELCOME", tell=False)
+        return self._try_send(client.identity, protocol.message(Kind.WELCOME, welcome))
 
     def _refuse(self, identity: bytes, code: str, reason: str, *, waiting: bool = False) -> None:
         if waiting:

@@ -340,7 +340,8 @@ class RemoteVectorEnv(VectorEnv):
 
         Keys: ``slot``; ``epoch`` (how many clients have served the slot); ``served``; for an empty
         slot ``empty_for`` (seconds); for a served one ``client`` (name), ``host``, ``pid``, ``address``
-        (the client's network address, "" for ipc), ``session``, ``local`` (started by this env),
+        (the client's network address as libzmq reports it: an IP address over tcp, ``localhost:uid:gid:pid``
+        over ipc), ``session``, ``local`` (started by this env),
         ``steps`` (commands answered by the client), ``last_seen`` (seconds since its last message),
         ``latency`` (seconds from sending the last command to its reply), ``connected_for`` (seconds),
         ``rejoins`` (times the client reconnected after losing a server) and ``restarts`` (times this
@@ -395,9 +396,6 @@ class RemoteVectorEnv(VectorEnv):
         slots = list(range(self.num_envs)) if reset_mask is None else np.flatnonzero(reset_mask).tolist()
         self._slot_infos.clear()
         self._slot_finals.clear()
-        for slot in slots:  # a new episode starts there: a loss need not be reported any more
-            self._lost_unreported.pop(slot, None)
-        self._server.release(slots)
         self._reset_slots(slots, seed, options, "reset")
         self._terminations[slots] = False
         self._truncations[slots] = False
@@ -507,13 +505,17 @@ class RemoteVectorEnv(VectorEnv):
         if self.closed:
             raise ClosedEnvironmentError(f"{type(self).__name__} is closed; it cannot be used any more")
 
-    def _wait_for_clients(self, slots_needed: Callable[[], list[int]]) -> list[int]:
+    def _wait_for_clients(
+        self, slots_needed: Callable[[], list[int]], resetting: set[int] = frozenset(), drop_reports: bool = True
+    ) -> list[int]:
         """Wait (up to ``connect_timeout``) until the slots ``slots_needed()`` names all have a client.
 
         The slots needed are asked again after every message handled, as clients may be lost meanwhile.
+        ``resetting``: slots about to be reset, which a new client may take at once (see _free_for_reset).
         """
         deadline = time.monotonic() + self.connect_timeout
         while True:
+            self._free_for_reset(resetting, drop_reports)
             slots = slots_needed()
             empty = self._server.empty_slots(slots)
             if not empty:
@@ -522,12 +524,17 @@ class RemoteVectorEnv(VectorEnv):
                 raise RemoteTimeoutError(self._server.empty_slots_message(self.connect_timeout, "their slots", empty))
             self._server.poll()
 
-    def _reset_slots(self, slots: list[int], seed: list | None, options: Any, what: str) -> None:
-        """Reset the envs of ``slots``, waiting for clients where needed, again where a client is lost meanwhile."""
+    def _reset_slots(
+        self, slots: list[int], seed: list | None, options: Any, what: str, drop_reports: bool = True
+    ) -> None:
+        """Reset the envs of ``slots``, waiting for clients where needed, again where a client is lost meanwhile.
+
+        ``drop_reports``: losses in these slots need no report any more (a new episode starts there).
+        """
         remaining = set(slots)
         build = self._reset_builder(seed, options, remaining)
         while remaining:
-            self._wait_for_clients(lambda: sorted(remaining))
+            self._wait_for_clients(lambda: sorted(remaining), remaining, drop_reports)
             clients = self._server.clients_of(sorted(remaining))
 
             def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
@@ -559,6 +566,18 @@ class RemoteVectorEnv(VectorEnv):
 
         return build
 
+    def _free_for_reset(self, slots: set[int], drop_reports: bool) -> None:
+        """Slots about to be reset may take a new client now, even if they just lost one.
+
+        ``drop_reports``: their episodes start anew, so an unreported loss there needs no report.
+        """
+        if drop_reports:
+            for slot in slots:
+                self._lost_unreported.pop(slot, None)
+        quarantined = [slot for slot in slots if slot in self._server.quarantined]
+        if quarantined:
+            self._server.release(quarantined)
+
     def _report_lost_slots(self) -> None:
         """End the episodes of the slots whose client was lost: truncated, ``client_lost`` in their infos."""
         lost = sorted(self._lost_unreported)
@@ -571,13 +590,13 @@ class RemoteVectorEnv(VectorEnv):
         if self.autoreset_mode is AutoresetMode.SAME_STEP:  # the next episode starts now, with a replacement
             for slot in lost:
                 self._slot_finals[slot] = (self._last_observation(slot), {"client_lost": True})
-            self._reset_slots(lost, None, None, "the reset of a replacement client")
+            self._reset_slots(lost, None, None, "the reset of a replacement client", drop_reports=False)
         self._rewards[lost] = 0.0
         self._terminations[lost] = False
         self._truncations[lost] = True
         for slot in lost:
             self._slot_infos[slot] = {**self._slot_infos[slot], "client_lost": True}
-            del self._lost_unreported[slot]
+            self._lost_unreported.pop(slot, None)
         logger.info("slots %s: episodes truncated, their client was lost", protocol.format_slots(lost))
 
     def _last_observation(self, slot: int) -> Any:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from gymnasium.error import ClosedEnvironmentError
 
-from gym_remote import ClientLostError, RemoteEnvError, RemoteVectorEnv
+from gym_remote import RemoteEnvError, RemoteVectorEnv
 from gym_remote.launch import split_evenly
 from tests.conftest import pid_alive, wait_until
 from tests.factories import (
