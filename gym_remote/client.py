@@ -241,6 +241,7 @@ class EnvClient:
         self._launch = _launch
         self._stop = threading.Event()
         self._trusted = False
+        self._max_message_bytes: int | None = None
 
     def stop(self) -> None:
         """Ask :meth:`run` (in another thread) to return; it does within ``IDLE_POLL_SECONDS`` when idle."""
@@ -343,7 +344,11 @@ class EnvClient:
             if frames is None and self._connection_dropped():
                 # The server went away before it welcomed us (or while we waited in line): the socket
                 # reconnects on its own, but the HELLO went to the old server. Start over.
-                logger.warning("client %s: the connection dropped before a WELCOME; saying HELLO again", self.name)
+                logger.warning(
+                    "client %s: the connection dropped before a WELCOME (the server restarted, or the HELLO "
+                    "exceeds its message size limit); saying HELLO again",
+                    self.name,
+                )
                 self._open_socket(linger=0)
                 self._send_hello(hosted)
                 continue
@@ -363,7 +368,11 @@ class EnvClient:
                         f"{timeout:g} s (is the address right, and is the server running?)"
                     )
                 continue
-            header = protocol.parse_header(frames[0])
+            try:
+                header = protocol.parse_header(frames[0])
+            except ProtocolError as error:
+                logger.warning("client %s: ignoring a malformed message before WELCOME: %s", self.name, error)
+                continue
             if header.kind == Kind.WELCOME:
                 break
             if header.kind == Kind.REFUSE:
@@ -384,6 +393,7 @@ class EnvClient:
                 logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
         welcome = protocol.read_value(frames[1:])
         self._trusted = bool(welcome["allow_pickle"])
+        self._max_message_bytes = welcome.get("max_message_bytes")
         self.slots = list(welcome["slots"])
         observation_space = codec.space_from_value(welcome["observation_space"], allow_pickle=self._trusted)
         action_space = codec.space_from_value(welcome["action_space"], allow_pickle=self._trusted)
@@ -540,7 +550,18 @@ class EnvClient:
             except EncodeError as error:
                 hosted.failed_index = error.path[1][0]  # the env whose value cannot travel
                 raise
+        self._check_sizes(frames)
         transport.send_frames(self._socket, frames)
+
+    def _check_sizes(self, frames: Sequence[Any]) -> None:
+        """Refuse to send a frame the server would cut this client off for (its size limit is in WELCOME)."""
+        limit = self._max_message_bytes
+        if type(limit) is int and any(memoryview(frame).nbytes > limit for frame in frames):
+            largest = max(memoryview(frame).nbytes for frame in frames)
+            raise ProtocolError(
+                f"a frame of {largest} bytes exceeds the server's message size limit of {limit} bytes "
+                "(RemoteVectorEnv(max_message_bytes=...)); host fewer envs per client or raise the limit"
+            )
 
     def _result_label(self, path: tuple[tuple[Any, str], ...]) -> str:
         field, index = path[0][0], path[1][0]
@@ -558,6 +579,7 @@ class EnvClient:
             allow_pickle=self._trusted,
             label=lambda path: f"the result of slot {self.slots[path[1][0]]}{protocol.path_text(path[2:])}",
         )
+        self._check_sizes(message)
         self._socket.send_multipart(message)
 
     def _send_error(self, seq: int, error: BaseException, index: int | None) -> None:

@@ -146,6 +146,7 @@ class SlotServer:
         self.autoreset_mode = autoreset_mode
         self.allow_pickle = allow_pickle
         self.liveness_timeout = liveness_timeout
+        self.max_message_bytes = int(max_message_bytes)
         self.name = name
         self.session = secrets.token_hex(16)
         self.launches = {launch.index: launch for launch in launches}
@@ -343,14 +344,18 @@ class SlotServer:
         losses = self._losses
         while pending:
             try:
-                message = self._receive()
+                message = self._receive(pending)
             except zmq.Again:
                 message = None
             if message is not None:
                 identity, header, frame = message
                 client = pending.get(identity)
-                if client is None or header.seq != seq or header.version != protocol.PROTOCOL_VERSION:
+                if client is None or header.seq != seq:
                     self._handle_other(identity, header, frame)
+                elif header.version != protocol.PROTOCOL_VERSION:
+                    self._drain()
+                    logger.error("%s sent a malformed reply: protocol version %d", client.describe(), header.version)
+                    self.lose(client, f"it sent a malformed reply in protocol version {header.version}")
                 else:
                     self._handle_reply(client, header, frame, reply_kind, on_reply, what, errors, lost)
                     del pending[identity]
@@ -494,8 +499,10 @@ class SlotServer:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _receive(self) -> tuple[bytes, protocol.Header, bytes] | None:
+    def _receive(self, awaited: dict[bytes, ClientInfo] | None = None) -> tuple[bytes, protocol.Header, bytes] | None:
         """The next message's routing id, header and header frame; None if it was malformed (then dropped).
+
+        A malformed message from a client in ``awaited`` (whose reply is awaited) makes that client lost.
 
         Raises:
             zmq.Again: no message came within ``POLL_SECONDS``.
@@ -506,8 +513,13 @@ class SlotServer:
             return identity, protocol.parse_header(frame), frame
         except ProtocolError as error:
             self._drain()
-            logger.warning("dropping a malformed message from peer %s: %s", identity.hex()[:16], error)
-            self._try_send(identity, _error_message(f"malformed message: {error}"))
+            client = awaited.get(identity) if awaited else None
+            if client is not None:
+                logger.error("%s sent a malformed reply: %s", client.describe(), error)
+                self.lose(client, f"it sent a malformed reply: {error}")
+            else:
+                logger.warning("dropping a malformed message from peer %s: %s", identity.hex()[:16], error)
+                self._try_send(identity, _error_message(str(error)))
             return None
 
     def _poll_once(self) -> None:
@@ -603,7 +615,8 @@ class SlotServer:
         except _Refusal as refusal:
             self.waiting.pop(identity, None)
             self._refuse(identity, refusal.code, str(refusal))
-        except (ProtocolError, KeyError, TypeError, ValueError) as error:
+        except _MALFORMED as error:
+            self.waiting.pop(identity, None)
             self._refuse(identity, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
 
     def _join(self, identity: bytes, hello: dict[str, Any], peer_address: str) -> None:
@@ -663,8 +676,13 @@ class SlotServer:
                     continue
                 try:
                     self._join(identity, waiter.hello, waiter.peer_address)
-                except _Refusal:
-                    continue  # e.g. it needs more slots than are free; later arrivals may fit
+                except _Refusal as refusal:
+                    if refusal.code != "full":  # its spaces no longer match (e.g. given meanwhile)
+                        self.waiting.pop(identity, None)
+                        self._refuse(identity, refusal.code, str(refusal))
+                except _MALFORMED as error:
+                    self.waiting.pop(identity, None)
+                    self._refuse(identity, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
         finally:
             self._admitting = False
 
@@ -678,9 +696,16 @@ class SlotServer:
         count = hello["num_envs"]
         if type(count) is not int or not 1 <= count <= protocol.MAX_ENVS_PER_CLIENT:
             raise ProtocolError(f"num_envs must be an int from 1 to {protocol.MAX_ENVS_PER_CLIENT}")
+        pid, rejoins, metadata = hello.get("pid", 0), hello.get("rejoins", 0), hello.get("metadata") or {}
+        if type(pid) is not int or type(rejoins) is not int or not isinstance(metadata, dict):
+            raise ProtocolError("pid and rejoins must be ints, metadata a dict")
+        render_mode = hello.get("render_mode")
         launch_index, trusted = self._check_launch(hello.get("launch"))
         if not trusted and self.allow_pickle is True and hello.get("allow_pickle") is True:
             trusted = True
+        if trusted and hello.get("metadata_pickle"):
+            extra = _unpickle_metadata(hello["metadata_pickle"])
+            metadata = {**metadata, **extra}
         observation_spaces = _spaces_per_env(hello, "observation", count, trusted)
         action_spaces = _spaces_per_env(hello, "action", count, trusted)
         self._check_spaces(observation_spaces, action_spaces)
@@ -693,18 +718,11 @@ class SlotServer:
                 raise _Refusal("full", f"the slots of launched client {launch_index} are not free yet")
         else:
             slots = self._free_slots(count)
-        metadata = hello.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise ProtocolError("metadata must be a dict")
-        if trusted and hello.get("metadata_pickle"):
-            metadata = {**metadata, **cloudpickle.loads(hello["metadata_pickle"])}
-        render_mode = hello.get("render_mode")
-        rejoins = hello.get("rejoins", 0)
         return ClientInfo(
             identity=identity,
             name=str(hello.get("name", "?"))[:200],
             host=str(hello.get("host", "?"))[:200],
-            pid=int(hello.get("pid", 0)),
+            pid=pid,
             session=str(hello.get("session", ""))[:64],
             slots=slots,
             trusted=trusted,
@@ -714,7 +732,7 @@ class SlotServer:
             render_mode=render_mode if isinstance(render_mode, str) else None,
             launch_index=launch_index,
             peer_address=peer_address,
-            rejoins=rejoins if type(rejoins) is int else 0,
+            rejoins=rejoins,
         )
 
     def _member_with_session(self, session: Any) -> ClientInfo | None:
@@ -797,6 +815,7 @@ class SlotServer:
             "allow_pickle": client.trusted,
             "liveness_timeout": self.liveness_timeout,
             "reset_first": self.reset_first,
+            "max_message_bytes": self.max_message_bytes,
         }
         return self._try_send(client.identity, protocol.message(Kind.WELCOME, welcome))
 
@@ -845,6 +864,10 @@ class SlotServer:
         transport.drain(self.socket)
 
 
+_MALFORMED = (ProtocolError, KeyError, TypeError, ValueError, OverflowError)
+"""What parsing a malformed HELLO can raise."""
+
+
 class _Refusal(Exception):
     def __init__(self, code: str, reason: str) -> None:
         super().__init__(reason)
@@ -853,6 +876,17 @@ class _Refusal(Exception):
 
 def _error_message(text: str) -> list[Any]:
     return protocol.message(Kind.ERROR, {"type": "ProtocolError", "message": text, "traceback": "", "index": None})
+
+
+def _unpickle_metadata(data: Any) -> dict[str, Any]:
+    """The pickled metadata entries of a trusted client."""
+    try:
+        metadata = cloudpickle.loads(data)
+    except Exception as error:  # a malformed pickle can raise anything
+        raise ProtocolError(f"metadata_pickle does not unpickle: {type(error).__name__}: {error}") from None
+    if not isinstance(metadata, dict):
+        raise ProtocolError("metadata_pickle must hold a dict")
+    return metadata
 
 
 def _spaces_per_env(hello: dict[str, Any], which: str, count: int, trusted: bool) -> list[gym.Space]:

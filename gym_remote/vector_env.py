@@ -63,8 +63,9 @@ class RemoteVectorEnv(VectorEnv):
             answered whatever its envs are doing) before the client is declared lost.
         max_restarts: times in a row a local client may die without serving a step before the vector
             env gives up restarting it and raises.
-        max_message_bytes: largest message frame a client may send (default 256 MiB); a client sending
-            more is cut off (and declared lost).
+        max_message_bytes: largest message frame a client may send (default 256 MiB). gym_remote
+            clients learn it in the handshake and report an error instead of sending more; any other peer
+            that sends more is cut off by ZeroMQ.
         allow_pickle: the trusted pickle mode, for values that cannot travel safely (e.g. custom
             objects in infos or ``get_attr`` results). ``None`` (default): only for the local clients this
             env starts itself; ``True``: also for remote clients that ask for it; ``False``: never.
@@ -533,7 +534,13 @@ class RemoteVectorEnv(VectorEnv):
         """
         remaining = set(slots)
         build = self._reset_builder(seed, options, remaining)
+        deadline = time.monotonic() + self.connect_timeout + self.timeout
         while remaining:
+            if time.monotonic() > deadline:  # clients keep getting lost before they answer
+                raise RemoteTimeoutError(
+                    f"{what}: slots {protocol.format_slots(sorted(remaining))} lost their clients again and again "
+                    f"for {self.connect_timeout + self.timeout:g} s; see the log for why"
+                )
             self._wait_for_clients(lambda: sorted(remaining), remaining, drop_reports)
             clients = self._server.clients_of(sorted(remaining))
 
