@@ -8,7 +8,9 @@ handled keep stepping until the joining client is done.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -416,3 +418,27 @@ def test_errors_are_exported():
     assert issubclass(gym_remote.JoinRefusedError, gym_remote.GymRemoteError)
     assert issubclass(gym_remote.RemoteTimeoutError, TimeoutError)
     assert issubclass(gym_remote.ClientLostError, ConnectionError)
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_cli_client_stopped_by_a_signal_says_goodbye(reaper, tmp_path, signum, code):
+    """A stopped client tells the server at once (BYE): its slots report the loss in the next step,
+    long before the liveness timeout would have found it."""
+    envs = RemoteVectorEnv(num_envs=4, connect_timeout=30, liveness_timeout=60)
+    try:
+        keeper = cartpole_client(reaper, tmp_path, "keeper", envs.address)
+        leaving = cartpole_client(reaper, tmp_path, "leaving", envs.address)
+        envs.reset(seed=0)
+        slots = [row["slot"] for row in envs.stats() if row["client"] == "leaving"]
+        for _ in range(5):
+            envs.step(envs.action_space.sample())
+        os.kill(leaving.process.pid, signum)
+        assert leaving.wait(timeout=10) == code, leaving.stderr
+        started = time.monotonic()
+        _, _, _, truncations, infos = envs.step(envs.action_space.sample())
+        assert time.monotonic() - started < 5
+        assert infos["client_lost"].tolist() == [slot in slots for slot in range(4)]
+        assert truncations[slots].all()
+    finally:
+        envs.close()
+    assert keeper.wait(timeout=10) == 0, keeper.stderr
