@@ -235,7 +235,8 @@ class EnvClient:
         self.reconnect_timeout = reconnect_timeout
         self.liveness_timeout = liveness_timeout
         self.allow_pickle = allow_pickle
-        self.session = ""
+        self.session = ""  # this run's current membership (its routing id); new after each reconnection
+        self.previous_session = ""
         self.slots: list[int] = []
         self.rejoins = 0
         self._launch = _launch

@@ -757,19 +757,21 @@ class SlotServer:
             if same and obs_space != reference_obs:
                 raise _Refusal(
                     "spaces",
-                    f"observation space of env {index} is {obs_space}, the vector's single_observation_space is "
-                    f"{reference_obs} (observation_mode='same'; use 'different' for spaces that differ in bounds only)",
+                    f"observation space of the client's env {index} is {obs_space}, the vector's "
+                    f"single_observation_space is {reference_obs} (observation_mode='same'; use 'different' "
+                    "for spaces that differ in bounds only)",
                 )
             if not same and not is_space_dtype_shape_equiv(obs_space, reference_obs):
                 raise _Refusal(
                     "spaces",
-                    f"observation space of env {index} is {obs_space}, which does not share shape and dtype with "
-                    f"the vector's single_observation_space {reference_obs}",
+                    f"observation space of the client's env {index} is {obs_space}, which does not share shape "
+                    f"and dtype with the vector's single_observation_space {reference_obs}",
                 )
             if act_space != reference_act:
                 raise _Refusal(
                     "spaces",
-                    f"action space of env {index} is {act_space}, the vector's single_action_space is {reference_act}",
+                    f"action space of the client's env {index} is {act_space}, the vector's "
+                    f"single_action_space is {reference_act}",
                 )
 
     def _free_slots(self, count: int) -> list[int]:

@@ -19,7 +19,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space, concaten
 
 from gym_remote import codec, protocol
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError, RemoteTimeoutError
-from gym_remote.launch import LocalClients
+from gym_remote.launch import EXIT_REFUSED, LocalClients
 from gym_remote.protocol import FLAG_VALUE, Kind
 from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, ClientInfo, SlotServer
 
@@ -199,12 +199,7 @@ class RemoteVectorEnv(VectorEnv):
         server, local = self._server, self._local
         local.start(server.address, allow_pickle=allow_pickle is not False)
         server.watchdog = self._supervise
-        try:
-            server.wait_for_slots(self.connect_timeout, what="the local clients")
-        except (ClientLostError, RemoteTimeoutError) as error:
-            if server.refusals:
-                raise RuntimeError(f"a local client was refused: {server.refusals[-1]}") from error
-            raise
+        server.wait_for_slots(self.connect_timeout, what="the local clients")
         first = server.slots[0]
         self._set_spaces(first.observation_spaces[0], first.action_spaces[0])
         self._adopt_first_client(first)
@@ -237,6 +232,9 @@ class RemoteVectorEnv(VectorEnv):
             member = next((client for client in server.clients.values() if client.launch_index == index), None)
             if member is not None:
                 server.lose(member, f"its process exited with code {code}", tell=False)
+            if code == EXIT_REFUSED:
+                reason = server.refusals[-1] if server.refusals else "see the log"
+                raise RuntimeError(f"local client {index} was refused by the server: {reason}")
             delay = local.schedule_restart(index, served=self._local_served.pop(index, False))
             if delay is None:
                 raise self._local_client_failed(index, code)
