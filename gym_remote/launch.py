@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 
 import cloudpickle
 
-from gym_remote.errors import JoinRefusedError
 from gym_remote.server import LaunchSlot
 
 __all__ = ["LocalClients", "split_evenly"]
@@ -190,9 +189,6 @@ class LocalClients:
         self._finalizer.detach()
 
 
-EXIT_REFUSED = 3
-"""Exit code of a launched client that the server refused (it is not restarted)."""
-
 RESTART_BACKOFF_SECONDS = 0.5
 """Delay before the first restart of a crashed local client; it doubles with each failure in a row."""
 
@@ -261,8 +257,6 @@ def child_main(payload_path: str) -> int:
     )
     try:
         client.run()
-    except JoinRefusedError:  # permanent (spaces, version): restarting would not help
-        return EXIT_REFUSED
     except Exception as error:  # already reported to the server where it could be
         logging.getLogger(__name__).debug("local client exiting after: %s", error)
         return 1

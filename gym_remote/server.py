@@ -162,7 +162,8 @@ class SlotServer:
         self.observation_space: gym.Space | None = None
         self.action_space: gym.Space | None = None
         self.observation_leaves: list[np.ndarray] | None = None
-        self.launch_failures: dict[int, dict[str, Any]] = {}
+        self.launch_failures: dict[int, dict[str, Any]] = {}  # start-up errors reported by launched clients
+        self.launch_refusals: dict[int, str] = {}  # why launched clients were refused
         self.refusals: list[str] = []
         self.on_first_spaces: Callable[[ClientInfo], None] | None = None
         self.on_join: Callable[[ClientInfo], None] | None = None
@@ -585,9 +586,8 @@ class SlotServer:
         except (ProtocolError, KeyError, TypeError, AttributeError) as error:
             logger.warning("ignoring a malformed ERROR from an unknown peer: %s", error)
             return
-        index = launch.get("index") if isinstance(launch, dict) else None
-        record = self.launches.get(index) if type(index) is int else None
-        if record is not None and hmac.compare_digest(str(launch.get("token", "")), record.token):
+        index = self._verified_launch(launch)
+        if index is not None:
             self.launch_failures[index] = report
         logger.error("client %r failed before joining: %s", str(report.get("name"))[:200], text)
 
@@ -598,6 +598,7 @@ class SlotServer:
                 self.lose(self.clients[identity], "its connection is gone", tell=False)
             return
         frames, peer_address = self._recv_rest_and_peer()
+        hello = None
         try:
             if header.version != protocol.PROTOCOL_VERSION:
                 raise _Refusal(
@@ -615,6 +616,9 @@ class SlotServer:
         except _Refusal as refusal:
             self.waiting.pop(identity, None)
             self._refuse(identity, refusal.code, str(refusal))
+            index = self._verified_launch(hello.get("launch")) if isinstance(hello, dict) else None
+            if index is not None:
+                self.launch_refusals[index] = str(refusal)
         except _MALFORMED as error:
             self.waiting.pop(identity, None)
             self._refuse(identity, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
@@ -650,6 +654,8 @@ class SlotServer:
         if first and self.on_first_spaces is not None:
             self.on_first_spaces(client)
         self._prepare_targets(client)
+        if first:
+            self._admit_waiters()  # those that waited for the spaces to be known
         logger.info(
             "%s joined from %s (pid %d, %s); %d of %d slots served",
             client.describe(),
@@ -701,6 +707,9 @@ class SlotServer:
             raise ProtocolError("pid and rejoins must be ints, metadata a dict")
         render_mode = hello.get("render_mode")
         launch_index, trusted = self._check_launch(hello.get("launch"))
+        if self.observation_space is None and self.launches and launch_index != 0:
+            # With launched clients, env_fns[0] defines the spaces (as in SyncVectorEnv): wait for it.
+            raise _Refusal("full", "the spaces are not known yet: waiting for the client serving slot 0")
         if not trusted and self.allow_pickle is True and hello.get("allow_pickle") is True:
             trusted = True
         if trusted and hello.get("metadata_pickle"):
@@ -741,13 +750,21 @@ class SlotServer:
         return next((client for client in self.clients.values() if client.session == session), None)
 
     def _check_launch(self, launch: Any) -> tuple[int | None, bool]:
+        """The launch index of a launched client (None for others) and whether it is trusted."""
         if launch is None:
             return None, False
+        index = self._verified_launch(launch)
+        if index is None:
+            raise _Refusal("invalid", "the client claims to be a launched client, but its launch token is wrong")
+        return index, self.allow_pickle is not False
+
+    def _verified_launch(self, launch: Any) -> int | None:
+        """The index of the launched client whose current token ``launch`` carries, else None."""
         index = launch.get("index") if isinstance(launch, dict) else None
         record = self.launches.get(index) if type(index) is int else None
         if record is None or not hmac.compare_digest(str(launch.get("token", "")), record.token):
-            raise _Refusal("invalid", "the client claims to be a launched client, but its launch token is wrong")
-        return index, self.allow_pickle is not False
+            return None
+        return index
 
     def _check_spaces(self, observation_spaces: list[gym.Space], action_spaces: list[gym.Space]) -> None:
         reference_obs = self.observation_space if self.observation_space is not None else observation_spaces[0]

@@ -19,7 +19,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space, concaten
 
 from gym_remote import codec, protocol
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError, RemoteTimeoutError
-from gym_remote.launch import EXIT_REFUSED, LocalClients
+from gym_remote.launch import LocalClients
 from gym_remote.protocol import FLAG_VALUE, Kind
 from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, ClientInfo, SlotServer
 
@@ -232,9 +232,8 @@ class RemoteVectorEnv(VectorEnv):
             member = next((client for client in server.clients.values() if client.launch_index == index), None)
             if member is not None:
                 server.lose(member, f"its process exited with code {code}", tell=False)
-            if code == EXIT_REFUSED:
-                reason = server.refusals[-1] if server.refusals else "see the log"
-                raise RuntimeError(f"local client {index} was refused by the server: {reason}")
+            if index in server.launch_refusals:  # its envs do not fit (spaces): restarting would not help
+                raise RuntimeError(f"local client {index} was refused: {server.launch_refusals[index]}")
             delay = local.schedule_restart(index, served=self._local_served.pop(index, False))
             if delay is None:
                 raise self._local_client_failed(index, code)
