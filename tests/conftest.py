@@ -1,17 +1,17 @@
-"""Shared fixtures: every process a test starts is ended by the test, by its pid."""
+"""Shared fixtures: every process a test starts is ended by the test, by its pid (helpers: ``tests.helpers``)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.helpers import ThreadClient
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,10 +39,6 @@ class ProcessReaper:
         self.processes.append(process)
         return process
 
-    def cli(self, *args: str, **kwargs) -> subprocess.Popen:
-        """Start ``python -m gym_remote ARGS``."""
-        return self.popen([sys.executable, "-m", "gym_remote", *args], **kwargs)
-
     def kill_all(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -67,26 +63,10 @@ def reaper():
     reaper.kill_all()
 
 
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def free_tcp_address() -> str:
-    """A ``tcp://127.0.0.1:PORT`` address whose port was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
-    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+@pytest.fixture
+def thread_clients():
+    """Thread clients (:class:`~tests.helpers.ThreadClient`) put in this list are stopped at teardown."""
+    clients: list[ThreadClient] = []
+    yield clients
+    for client in clients:
+        client.stop()

@@ -5,17 +5,14 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from gym_remote import RemoteVectorEnv, __version__
-from tests.conftest import free_tcp_address, wait_until
+from tests.helpers import GYM_REMOTE_SCRIPT, LoggedProcess, free_tcp_address, gym_remote, step_until, wait_until
 
-GYM_REMOTE = str(Path(sys.executable).with_name("gym-remote"))
 SUBCOMMANDS = ("client", "demo", "serve")
 FLAGS = {
     "client": [
@@ -47,48 +44,18 @@ FLAGS = {
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-class Run:
-    """A command-line process (started through the reaper) with its output in files."""
-
-    def __init__(self, reaper, tmp_path: Path, name: str, command: list[str]):
-        self.name = name
-        self.stdout_path, self.stderr_path = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
-        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
-            self.process = reaper.popen(command, stdout=out, stderr=err)
-
-    @property
-    def stdout(self) -> str:
-        return self.stdout_path.read_text()
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"{self.name} still running after {timeout} s\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
-            ) from None
-
-    def __str__(self) -> str:
-        return f"{self.name}: exit {self.process.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
-
-
 @pytest.fixture
 def run(reaper, tmp_path):
     """``run(*args, via=...)`` starts the command line with ``args``; waits with ``.wait(timeout)``."""
     counter = iter(range(1000))
 
-    def start(*args: str, via: str = "module", name: str | None = None) -> Run:
-        prefix = [GYM_REMOTE] if via == "script" else [sys.executable, "-m", "gym_remote"]
-        return Run(reaper, tmp_path, name or f"run{next(counter)}", [*prefix, *args])
+    def start(*args: str, via: str = "module", name: str | None = None) -> LoggedProcess:
+        return gym_remote(reaper, tmp_path, name or f"run{next(counter)}", *args, via=via)
 
     return start
 
 
-def finished(run_fixture, *args: str, timeout: float = 60, via: str = "module") -> Run:
+def finished(run_fixture, *args: str, timeout: float = 60, via: str = "module") -> LoggedProcess:
     process = run_fixture(*args, via=via)
     process.wait(timeout)
     return process
@@ -98,7 +65,7 @@ def finished(run_fixture, *args: str, timeout: float = 60, via: str = "module") 
 
 
 def test_console_script_is_installed():
-    assert Path(GYM_REMOTE).exists(), GYM_REMOTE
+    assert Path(GYM_REMOTE_SCRIPT).exists(), GYM_REMOTE_SCRIPT
 
 
 @pytest.mark.parametrize("via", ["script", "module"])
@@ -372,10 +339,8 @@ def test_client_refused_for_its_spaces_exits_1(run):
         good = run("client", envs.address, "--env", "CartPole-v1", "--num-envs", "2", "--connect-timeout", "30")
         envs.reset(seed=0)
         bad = run("client", envs.address, "--env", "MountainCar-v0", "--connect-timeout", "30")
-        deadline = time.monotonic() + 30
-        while bad.process.poll() is None:  # step, so that the server answers the late HELLO
-            assert time.monotonic() < deadline, bad
-            envs.step(envs.action_space.sample())
+        # step, so that the server answers the late HELLO
+        step_until(envs, lambda: bad.process.poll() is not None, 30, "the MountainCar client to exit", output=bad)
         assert bad.process.returncode == 1, bad
         assert "refused" in bad.stderr and "observation space" in bad.stderr, bad
     finally:

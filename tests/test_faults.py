@@ -19,7 +19,6 @@ import random
 import re
 import signal
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +29,17 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gym_remote import ClientLostError, EnvClient, RemoteTimeoutError, RemoteVectorEnv, protocol
 from gym_remote.protocol import Kind
-from tests.conftest import pid_alive, wait_until
 from tests.fault_envs import CounterEnv, make_counter
-from tests.test_server_and_clients import CliClient, ThreadClient
+from tests.helpers import (
+    KillWhenMarked,
+    LoggedProcess,
+    ThreadClient,
+    cli_client,
+    pid_alive,
+    rows_by_client,
+    step_until,
+    wait_until,
+)
 
 NEXT_STEP, SAME_STEP, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 MODES = [NEXT_STEP, SAME_STEP, DISABLED]
@@ -64,9 +71,9 @@ STATS_EMPTY_KEYS = {"slot", "epoch", "served", "empty_for"}
 
 def counter_client(
     reaper, tmp_path, name: str, address: str, num_envs: int = 1, *extra: str, log_level: str = "WARNING", **env_kwargs
-) -> CliClient:
+) -> LoggedProcess:
     """A ``gym-remote client`` process hosting ``num_envs`` CounterEnvs (``env_kwargs`` as ``--env-kwargs``)."""
-    return CliClient(
+    return cli_client(
         reaper,
         tmp_path,
         name,
@@ -170,12 +177,10 @@ def single_reset(default_seed: int = 0, seed: int | None = None) -> tuple[np.nda
 
 def members_by_name(envs: RemoteVectorEnv) -> dict[str, dict[str, Any]]:
     """Who serves what, from ``stats()``: client name -> slots, pid, session."""
-    members: dict[str, dict[str, Any]] = {}
-    for row in envs.stats():
-        if row["served"]:
-            member = members.setdefault(row["client"], {"slots": [], "pid": row["pid"], "session": row["session"]})
-            member["slots"].append(row["slot"])
-    return members
+    return {
+        name: {"slots": [row["slot"] for row in rows], "pid": rows[0]["pid"], "session": rows[0]["session"]}
+        for name, rows in rows_by_client(envs.stats()).items()
+    }
 
 
 def in_line(envs: RemoteVectorEnv, name: str) -> bool:
@@ -186,18 +191,15 @@ def served_by(envs: RemoteVectorEnv, name: str) -> list[int]:
     return [slot for slot, client in enumerate(envs._server.slots) if client is not None and client.name == name]
 
 
-def step_until(envs: RemoteVectorEnv, condition, timeout: float, what: str, rng: np.random.Generator) -> int:
-    """Step with random actions (the server handles joins meanwhile) until ``condition()``."""
-    deadline = time.monotonic() + timeout
-    steps = 0
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s ({steps} steps) waiting for {what}")
+def step_quietly_until(envs: RemoteVectorEnv, condition, timeout: float, what: str, rng: np.random.Generator) -> int:
+    """:func:`~tests.helpers.step_until` with ``rng``'s actions, each step well formed and with no client lost."""
+
+    def step() -> None:
         result = envs.step(rng.integers(0, 3, size=envs.num_envs))
         assert_well_formed(result, envs.num_envs, f"step while waiting for {what}")
         assert "client_lost" not in result[4], f"unexpected loss while waiting for {what}: {result[4]}"
-        steps += 1
-    return steps
+
+    return step_until(envs, condition, timeout, what, step)
 
 
 class Reference:
@@ -236,15 +238,6 @@ class Reference:
 
     def close(self) -> None:
         self.sync.close()
-
-
-@pytest.fixture
-def thread_clients():
-    """Thread clients made through this list are stopped at teardown."""
-    clients: list[ThreadClient] = []
-    yield clients
-    for client in clients:
-        client.stop()
 
 
 # -- 1. a client SIGKILLed mid-episode, in every autoreset mode ------------------------------------
@@ -547,7 +540,7 @@ def test_killed_local_client_is_noticed_quickly_and_restarted(tmp_path):
 class Member:
     kind: str  # "thread" or "cli"
     name: str
-    handle: Any  # ThreadClient or CliClient
+    handle: Any  # ThreadClient or LoggedProcess
 
 
 class TableChecker:
@@ -650,10 +643,13 @@ def test_soak_join_leave_cycles_keep_the_slot_table_consistent(reaper, tmp_path,
 
     def knock(member: Member, where: str) -> Member:
         """Step until ``member`` waits in line (started one by one, they queue in a known order)."""
-        deadline = time.monotonic() + 20
-        while not in_line(envs, member.name):
-            assert time.monotonic() < deadline, f"{where}: {member.name} never got in line"
-            step(f"{where} ({member.name} knocking)")
+        step_until(
+            envs,
+            lambda: in_line(envs, member.name),
+            20,
+            f"{where}: {member.name} to get in line",
+            lambda: step(f"{where} ({member.name} knocking)"),
+        )
         counts["waited"] += 1
         return member
 
@@ -731,8 +727,7 @@ def test_soak_join_leave_cycles_keep_the_slot_table_consistent(reaper, tmp_path,
         envs.close()
     for member in [anchor, *members]:
         if member.kind == "thread":
-            member.handle.join(10)
-            assert member.handle.error is None, repr(member.handle.error)
+            member.handle.finish(10)
         else:
             assert member.handle.wait(timeout=10) == 0, member.handle.stderr
 
@@ -753,9 +748,9 @@ def test_newcomers_wait_in_line_and_are_admitted_first_come_first_served(reaper,
         assert served_by(envs, "killed") == [0] and served_by(envs, "leaving") == [1]
 
         first = counter_client(reaper, tmp_path, "first", envs.address, 1, log_level="INFO", seed_base=40)
-        step_until(envs, lambda: in_line(envs, "first"), 20, "the first newcomer to wait in line", rng)
+        step_quietly_until(envs, lambda: in_line(envs, "first"), 20, "the first newcomer to wait in line", rng)
         second = counter_client(reaper, tmp_path, "second", envs.address, 1, log_level="INFO", seed_base=50)
-        step_until(envs, lambda: in_line(envs, "second"), 20, "the second newcomer to wait in line", rng)
+        step_quietly_until(envs, lambda: in_line(envs, "second"), 20, "the second newcomer to wait in line", rng)
         assert [waiter.hello["name"] for waiter in envs._server.waiting.values()] == ["first", "second"]
         # they are told, and they wait (they do not exit)
         wait_until(lambda: "waiting in line at position 1" in first.stderr, 10, "the first newcomer to be told")
@@ -769,7 +764,7 @@ def test_newcomers_wait_in_line_and_are_admitted_first_come_first_served(reaper,
 
         # a full server turns away a client that will not wait
         impatient = counter_client(reaper, tmp_path, "impatient", envs.address, 1, "--exit-if-full")
-        step_until(envs, lambda: impatient.process.poll() is not None, 20, "the impatient client to exit", rng)
+        step_quietly_until(envs, lambda: impatient.process.poll() is not None, 20, "the impatient client to exit", rng)
         assert impatient.process.returncode == 1, impatient.stderr
         assert "no free slot" in impatient.stderr, impatient.stderr
         assert not in_line(envs, "impatient")
@@ -817,9 +812,9 @@ def test_waiter_that_died_in_line_does_not_keep_the_slot_from_the_next_in_line(r
         m2 = counter_client(reaper, tmp_path, "m2", envs.address, 1)
         envs.reset(seed=0)
         ghost = counter_client(reaper, tmp_path, "ghost", envs.address, 1)
-        step_until(envs, lambda: in_line(envs, "ghost"), 20, "the ghost to wait in line", rng)
+        step_quietly_until(envs, lambda: in_line(envs, "ghost"), 20, "the ghost to wait in line", rng)
         live = counter_client(reaper, tmp_path, "live", envs.address, 1, seed_base=60)
-        step_until(envs, lambda: in_line(envs, "live"), 20, "the live newcomer to wait in line", rng)
+        step_quietly_until(envs, lambda: in_line(envs, "live"), 20, "the live newcomer to wait in line", rng)
         sigkill(ghost.process)  # it dies while waiting in line, without a word
         for _ in range(10):
             envs.step(rng.integers(0, 3, size=2))
@@ -855,9 +850,9 @@ def test_waiters_behind_a_dead_one_are_admitted_once(reaper, tmp_path):
         small = counter_client(reaper, tmp_path, "small", envs.address, 1)
         envs.reset(seed=0)
         ghost = counter_client(reaper, tmp_path, "ghost", envs.address, 1)
-        step_until(envs, lambda: in_line(envs, "ghost"), 20, "the ghost to wait in line", rng)
+        step_quietly_until(envs, lambda: in_line(envs, "ghost"), 20, "the ghost to wait in line", rng)
         live = counter_client(reaper, tmp_path, "live", envs.address, 1)
-        step_until(envs, lambda: in_line(envs, "live"), 20, "the live newcomer to wait in line", rng)
+        step_quietly_until(envs, lambda: in_line(envs, "live"), 20, "the live newcomer to wait in line", rng)
         sigkill(ghost.process)
         for _ in range(10):
             envs.step(rng.integers(0, 3, size=4))
@@ -896,16 +891,9 @@ def test_client_killed_during_reset_is_replaced_within_that_reset(reaper, tmp_pa
         for _ in range(5):
             envs.step(rng.integers(0, 3, size=2))
         replacement = counter_client(reaper, tmp_path, "replacement", envs.address, 1)
-        step_until(envs, lambda: in_line(envs, "replacement"), 20, "the replacement to wait in line", rng)
+        step_quietly_until(envs, lambda: in_line(envs, "replacement"), 20, "the replacement to wait in line", rng)
 
-        def kill_when_stalling() -> None:
-            deadline = time.monotonic() + 30
-            while not marker.exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            os.kill(victim.process.pid, signal.SIGKILL)
-
-        killer = threading.Thread(target=kill_when_stalling, daemon=True)
-        killer.start()
+        killer = KillWhenMarked(victim.pid, marker)
         started = time.monotonic()
         obs, infos = envs.reset(seed=99)
         elapsed = time.monotonic() - started
@@ -946,34 +934,6 @@ class MalformedResultClient(EnvClient):
         super()._send_result(hosted, seq, infos, finals)
 
 
-class ClientThread:
-    """Runs an EnvClient's ``run()`` in a thread; keeps what it raised (as ThreadClient does)."""
-
-    def __init__(self, client: EnvClient) -> None:
-        self.client = client
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.client.run()
-        except BaseException as error:  # noqa: BLE001 - kept for the test to inspect
-            self.error = error
-
-    @property
-    def done(self) -> bool:
-        return not self.thread.is_alive()
-
-    def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"EnvClient.run() still running after {timeout} s"
-
-    def stop(self) -> None:
-        self.client.stop()
-        self.thread.join(5)
-
-
 @pytest.mark.timeout(120)
 def test_client_sending_a_malformed_reply_is_lost_and_evicted(thread_clients):
     rng = np.random.default_rng(9)
@@ -982,7 +942,7 @@ def test_client_sending_a_malformed_reply_is_lost_and_evicted(thread_clients):
         keeper = ThreadClient(envs.address, counter_fns(2), name="keeper", liveness_timeout=2)
         thread_clients.append(keeper)
         assert envs.single_observation_space.shape == (3,)  # the keeper has slots 0-1
-        breaker = ClientThread(  # answers the reset and 4 steps, then sends a malformed RESULT
+        breaker = ThreadClient.around(  # answers the reset and 4 steps, then sends a malformed RESULT
             MalformedResultClient(
                 envs.address,
                 counter_fns(1, terminate_prob=0.0),
@@ -1016,8 +976,7 @@ def test_client_sending_a_malformed_reply_is_lost_and_evicted(thread_clients):
     finally:
         envs.close()
     for client in (keeper, newcomer):
-        client.join(10)
-        assert client.error is None, repr(client.error)
+        client.finish(10)
 
 
 # -- 5. a slot empty for longer than connect_timeout -----------------------------------------------
@@ -1113,8 +1072,7 @@ def test_slot_empty_longer_than_connect_timeout_raises_and_recovers(thread_clien
     finally:
         envs.close()
     for client in (keeper, newcomer):
-        client.join(10)
-        assert client.error is None, repr(client.error)
+        client.finish(10)
 
 
 # -- 6. stats() ------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from hypothesis import strategies as st
 from gym_remote import GymRemoteError, RemoteTimeoutError, RemoteVectorEnv, codec, protocol
 from gym_remote.protocol import FLAG_DTYPES, FLAG_VALUE, Kind, format_slots
 from tests.factories import make_cartpole
-from tests.test_server_and_clients import ThreadClient
+from tests.helpers import ThreadClient
 
 CARTPOLE = gym.make("CartPole-v1")
 OBS_SPACE, ACT_SPACE = CARTPOLE.observation_space, CARTPOLE.action_space
@@ -1543,8 +1543,7 @@ def test_env_client_answers_garbage_with_errors_and_keeps_serving(stack, tmp_pat
     server.send([protocol.pack_header(Kind.CLOSE, 41)])
     bye = server.recv()
     assert bye.kind == Kind.BYE and bye.header.seq == 41, bye.describe()
-    victim.join(10)
-    assert victim.error is None, repr(victim.error)
+    victim.finish(10)
 
 
 def test_env_client_ignores_garbage_before_its_welcome(stack, caplog):
@@ -1568,5 +1567,4 @@ def test_env_client_ignores_garbage_before_its_welcome(stack, caplog):
     server.send([protocol.pack_header(Kind.CLOSE, 2)])
     bye = server.recv()
     assert bye.kind == Kind.BYE, bye.describe()
-    victim.join(10)
-    assert victim.error is None, repr(victim.error)
+    victim.finish(10)

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from gymnasium.error import ClosedEnvironmentError
 
 from gym_remote import RemoteEnvError, RemoteVectorEnv
 from gym_remote.launch import split_evenly
-from tests.conftest import pid_alive, wait_until
 from tests.factories import (
     make_broken,
     make_cartpole,
@@ -30,6 +28,15 @@ from tests.factories import (
     make_mountaincar,
     make_staller,
     make_step_failer,
+)
+from tests.helpers import (
+    KillWhenMarked,
+    LoggedProcess,
+    child_pids,
+    is_local_client,
+    kill_local_clients,
+    pid_alive,
+    wait_until,
 )
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -43,41 +50,6 @@ def process_gone(pid: int) -> bool:
 def reaped(pid: int) -> bool:
     """No trace of the process left (it has exited and its parent collected it)."""
     return not os.path.exists(f"/proc/{pid}")
-
-
-def child_pids() -> set[int]:
-    """Pids of this process's children (running or zombie)."""
-    children = set()
-    me = str(os.getpid())
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if fields[1] == me:
-            children.add(int(entry))
-    return children
-
-
-def is_local_client(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            return b"gym_remote.launch" in file.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def kill_leftover_clients(pids: list[int]) -> None:
-    """SIGKILL (by pid) any of ``pids`` that is still a running local client: a failed test leaves nothing behind."""
-    for pid in pids:
-        if pid_alive(pid) and is_local_client(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 # -- start-up --------------------------------------------------------------------------------------
@@ -205,23 +177,12 @@ def test_client_killed_during_step_truncates_its_slots_quickly_and_is_restarted(
     victim = envs._local.pids[1]  # serves slots 2-3, including the stalling env
     try:
         envs.reset(seed=0)
-        killed = threading.Event()
-
-        def kill_when_stalling() -> None:
-            deadline = time.monotonic() + 30
-            while not marker.exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if marker.exists():
-                os.kill(victim, signal.SIGKILL)
-                killed.set()
-
-        killer = threading.Thread(target=kill_when_stalling, daemon=True)
-        killer.start()
+        killer = KillWhenMarked(victim, marker)
         started = time.monotonic()
         _, rewards, terminations, truncations, infos = envs.step(np.zeros(4, dtype=np.int64))
         elapsed = time.monotonic() - started
         killer.join(5)
-        assert killed.is_set()
+        assert killer.killed.is_set()
         assert elapsed < 15, f"step() took {elapsed:.1f} s to notice (timeout=120)"
         assert truncations.tolist() == [False, False, True, True]
         assert not terminations[2:].any() and rewards[2:].tolist() == [0.0, 0.0]
@@ -237,7 +198,7 @@ def test_client_killed_during_step_truncates_its_slots_quickly_and_is_restarted(
         assert [row["restarts"] for row in stats] == [0, 0, 1, 1]
     finally:
         envs.close()
-        kill_leftover_clients([victim])
+        kill_local_clients([victim])
     for pid in envs._local.pids:
         assert reaped(pid), f"client {pid} not reaped after close()"
 
@@ -264,7 +225,7 @@ def test_close_ends_and_reaps_every_client():
         assert not (child_pids() - before), "child processes left after close()"
     finally:
         envs.close()
-        kill_leftover_clients(pids)
+        kill_local_clients(pids)
 
 
 def test_closed_env_cannot_be_used_and_close_twice_is_fine():
@@ -316,25 +277,24 @@ time.sleep(600)
 """
 
 
-def start_training(reaper, tmp_path: Path, mode: str):
+def start_training(reaper, tmp_path: Path, mode: str) -> tuple[LoggedProcess, list[int]]:
+    """The training script (``TRAINING_SCRIPT``) in ``mode``, and the pids of its two local clients."""
     script = tmp_path / "train.py"
     script.write_text(TRAINING_SCRIPT)
-    out_path, err_path = tmp_path / "train.out", tmp_path / "train.err"
-    with open(out_path, "w") as out, open(err_path, "w") as err:
-        process = reaper.popen([sys.executable, str(script), mode], stdout=out, stderr=err)
+    training = LoggedProcess(reaper, tmp_path, "train", [sys.executable, str(script), mode])
     pids: list[int] = []
 
     def pids_printed() -> bool:
-        line = out_path.read_text().strip()
+        line = training.stdout.strip()
         if line:
             pids.extend(json.loads(line.splitlines()[0]))
             return True
-        assert process.poll() is None, f"training script exited early:\n{err_path.read_text()}"
+        assert training.process.poll() is None, f"training script exited early:\n{training.stderr}"
         return False
 
     wait_until(pids_printed, 60, "the training script to print its client pids")
     assert len(pids) == 2 and all(pid_alive(pid) for pid in pids), pids
-    return process, pids, err_path
+    return training, pids
 
 
 def assert_clients_exit(pids: list[int], timeout: float = 10.0) -> None:
@@ -345,32 +305,29 @@ def assert_clients_exit(pids: list[int], timeout: float = 10.0) -> None:
             f"the clients {pids} to exit after their training process ended",
         )
     finally:
-        kill_leftover_clients(pids)
+        kill_local_clients(pids)
 
 
 @pytest.mark.parametrize("mode", ["sleep", "step"])
 def test_clients_exit_when_the_training_process_is_killed(reaper, tmp_path, mode):
-    process, pids, _ = start_training(reaper, tmp_path, mode)
-    os.kill(process.pid, signal.SIGKILL)
-    assert process.wait(timeout=10) == -signal.SIGKILL
+    training, pids = start_training(reaper, tmp_path, mode)
+    os.kill(training.pid, signal.SIGKILL)
+    assert training.wait(timeout=10) == -signal.SIGKILL
     assert_clients_exit(pids)
 
 
 def test_clients_exit_when_the_training_script_raises(reaper, tmp_path):
-    process, pids, err_path = start_training(reaper, tmp_path, "raise")
-    assert process.wait(timeout=20) == 1
-    assert "the training script crashed" in err_path.read_text()
+    training, pids = start_training(reaper, tmp_path, "raise")
+    assert training.wait(timeout=20) == 1
+    assert "the training script crashed" in training.stderr
     assert_clients_exit(pids)
 
 
 @pytest.mark.parametrize("mode", ["sleep", "step"])
 def test_clients_exit_when_the_training_process_is_interrupted(reaper, tmp_path, mode):
-    process, pids, err_path = start_training(reaper, tmp_path, mode)
-    os.kill(process.pid, signal.SIGINT)
-    try:
-        code = process.wait(timeout=20)
-    except Exception:
-        raise AssertionError(f"the training script ignored SIGINT:\n{err_path.read_text()}") from None
+    training, pids = start_training(reaper, tmp_path, mode)
+    os.kill(training.pid, signal.SIGINT)
+    code = training.wait(timeout=20)  # fails if the training script ignored SIGINT
     assert code != 0
-    assert "KeyboardInterrupt" in err_path.read_text()
+    assert "KeyboardInterrupt" in training.stderr
     assert_clients_exit(pids)

@@ -22,7 +22,6 @@ import functools
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,8 +31,19 @@ import numpy as np
 import pytest
 
 from gym_remote import ClientLostError, RemoteEnvError, RemoteVectorEnv
-from tests.conftest import free_tcp_address, pid_alive, wait_until
 from tests.factories import make_cartpole
+from tests.helpers import (
+    LoggedProcess,
+    child_pids,
+    cli_client,
+    free_tcp_address,
+    is_local_client,
+    kill_local_clients,
+    pid_alive,
+    rows_by_client,
+    step_until,
+    wait_until,
+)
 from tests.recovery_envs import (
     make_always_raising,
     make_dies_after_restart,
@@ -84,7 +94,7 @@ emit(event="closed")
 """
 
 
-class Learner:
+class Learner(LoggedProcess):
     """A learner process (``LEARNER_SCRIPT``) serving ``num_envs`` slots at ``address``.
 
     It prints one JSON record per line: ``listening``, ``reset`` (with ``stats()``), one ``step`` per
@@ -107,27 +117,16 @@ class Learner:
         script = tmp_path / "learner.py"
         if not script.exists():
             script.write_text(LEARNER_SCRIPT)
-        self.name = name
-        self.stdout_path = tmp_path / f"{name}.out"
-        self.stderr_path = tmp_path / f"{name}.err"
-        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
-            self.process = reaper.popen(
-                [sys.executable, str(script), address, str(num_envs), str(steps), str(pause), str(connect_timeout)],
-                stdout=out,
-                stderr=err,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text()
+        super().__init__(
+            reaper,
+            tmp_path,
+            name,
+            [sys.executable, str(script), address, str(num_envs), str(steps), str(pause), str(connect_timeout)],
+        )
 
     def records(self) -> list[dict[str, Any]]:
         """The records printed so far (complete lines only)."""
-        text = self.stdout_path.read_text()
+        text = self.stdout
         return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
     def record(self, event: str) -> dict[str, Any] | None:
@@ -160,71 +159,34 @@ class Learner:
         return killed_at
 
     def finish(self, timeout: float) -> None:
-        try:
-            code = self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"learner {self.name} still running after {timeout} s:\n{self.stderr}") from None
+        code = self.wait(timeout)
         assert code == 0, f"learner {self.name} exited with {code}:\n{self.stderr}"
         assert self.record("closed") is not None
 
 
-class Client:
+def start_client(reaper, tmp_path: Path, name: str, address: str, *flags: str, num_envs: int = 2) -> LoggedProcess:
     """A ``gym-remote client`` process (CartPole by default), output in files, INFO logs on stderr."""
-
-    def __init__(self, reaper, tmp_path: Path, name: str, address: str, *flags: str, num_envs: int = 2) -> None:
-        self.name = name
-        self.stdout_path = tmp_path / f"{name}.out"
-        self.stderr_path = tmp_path / f"{name}.err"
-        if "--factory" not in flags and "--env" not in flags:
-            flags = ("--env", "CartPole-v1", *flags)
-        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
-            self.process = reaper.cli(
-                "--log-level",
-                "INFO",
-                "client",
-                address,
-                "--name",
-                name,
-                "--num-envs",
-                str(num_envs),
-                "--connect-timeout",
-                str(CONNECT_TIMEOUT * 1.5),
-                "--reconnect-timeout",
-                str(RECONNECT_TIMEOUT),
-                "--liveness-timeout",
-                str(LIVENESS),
-                *flags,  # later flags win
-                stdout=out,
-                stderr=err,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"client {self.name} still running after {timeout} s; stderr:\n{self.stderr}"
-            ) from None
+    if "--factory" not in flags and "--env" not in flags:
+        flags = ("--env", "CartPole-v1", *flags)
+    return cli_client(
+        reaper,
+        tmp_path,
+        name,
+        address,
+        "--num-envs",
+        str(num_envs),
+        "--connect-timeout",
+        str(CONNECT_TIMEOUT * 1.5),
+        "--reconnect-timeout",
+        str(RECONNECT_TIMEOUT),
+        "--liveness-timeout",
+        str(LIVENESS),
+        *flags,  # later flags win
+        log_level="INFO",
+    )
 
 
-def rows_by_client(stats: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The stats rows of served slots, grouped by client name."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for row in stats:
-        if row["served"]:
-            grouped.setdefault(row["client"], []).append(row)
-    return grouped
-
-
-def assert_served_by(stats: list[dict[str, Any]], clients: list[Client], rejoins: int) -> None:
+def assert_served_by(stats: list[dict[str, Any]], clients: list[LoggedProcess], rejoins: int) -> None:
     """Every slot is served, by the processes of ``clients`` (2 slots each), each with ``rejoins`` rejoins."""
     assert all(row["served"] for row in stats), stats
     grouped = rows_by_client(stats)
@@ -247,7 +209,7 @@ def sessions_of(stats: list[dict[str, Any]]) -> dict[str, str]:
 def test_learner_killed_mid_rollout_and_restarted_clients_rejoin(reaper, tmp_path):
     address = free_tcp_address()
     first = Learner(reaper, tmp_path, "learner-1", address, num_envs=4)
-    clients = [Client(reaper, tmp_path, f"client-{index}", address) for index in range(2)]
+    clients = [start_client(reaper, tmp_path, f"client-{index}", address) for index in range(2)]
     first.wait_for(lambda: first.steps_done() >= 30, 60, "30 steps of the first rollout")
     old_stats = first.record("reset")["stats"]
     assert_served_by(old_stats, clients, rejoins=0)
@@ -279,7 +241,7 @@ def test_learner_killed_mid_rollout_and_restarted_clients_rejoin(reaper, tmp_pat
 @pytest.mark.timeout(180)
 def test_clients_started_first_follow_two_learner_restarts(reaper, tmp_path):
     address = free_tcp_address()
-    clients = [Client(reaper, tmp_path, f"early-{index}", address) for index in range(2)]
+    clients = [start_client(reaper, tmp_path, f"early-{index}", address) for index in range(2)]
     for client in clients:  # up and knocking before anything listens at the address
         wait_until(lambda client=client: "connecting to" in client.stderr, 30, f"{client.name} to send HELLO")
         assert client.process.poll() is None, client.stderr
@@ -309,9 +271,9 @@ def test_clients_started_first_follow_two_learner_restarts(reaper, tmp_path):
 def test_client_waiting_in_line_when_the_learner_dies_joins_the_next_learner(reaper, tmp_path):
     address = free_tcp_address()
     first = Learner(reaper, tmp_path, "small-learner", address, num_envs=2)
-    member = Client(reaper, tmp_path, "member", address)
+    member = start_client(reaper, tmp_path, "member", address)
     first.wait_for(lambda: first.steps_done() >= 5, 60, "5 steps")
-    waiter = Client(reaper, tmp_path, "waiter", address)  # finds no free slot: waits in line
+    waiter = start_client(reaper, tmp_path, "waiter", address)  # finds no free slot: waits in line
     wait_until(lambda: "waiting in line" in waiter.stderr, 30, "the waiter to be put in line")
     assert_served_by(first.record("reset")["stats"], [member], rejoins=0)
 
@@ -333,7 +295,7 @@ def test_client_whose_hello_went_unanswered_joins_the_next_learner(reaper, tmp_p
     address = free_tcp_address()
     first = Learner(reaper, tmp_path, "stillborn", address, num_envs=2, steps=-1)
     first.wait_for(lambda: first.record("listening") is not None, 30, "the learner to bind")
-    client = Client(reaper, tmp_path, "early", address)
+    client = start_client(reaper, tmp_path, "early", address)
     wait_until(lambda: "connecting to" in client.stderr, 30, "the client to send HELLO")
     time.sleep(1.0)  # its HELLO reaches the learner, which does not answer yet
     first.kill()
@@ -348,7 +310,7 @@ def test_client_without_reconnect_exits_1_when_the_learner_dies(reaper, tmp_path
     address = free_tcp_address()
     learner = Learner(reaper, tmp_path, "learner", address, num_envs=2)
     # a long liveness timeout: a killed process on this machine is noticed at once anyway
-    client = Client(reaper, tmp_path, "one-shot", address, "--no-reconnect", "--liveness-timeout", "60")
+    client = start_client(reaper, tmp_path, "one-shot", address, "--no-reconnect", "--liveness-timeout", "60")
     learner.wait_for(lambda: learner.steps_done() >= 10, 60, "10 steps")
     killed_at = learner.kill()
     code = client.wait(timeout=15)
@@ -363,7 +325,7 @@ def test_client_without_reconnect_exits_1_when_the_learner_dies(reaper, tmp_path
 def test_client_gives_up_rejoining_after_its_reconnect_timeout(reaper, tmp_path):
     address = free_tcp_address()
     learner = Learner(reaper, tmp_path, "learner", address, num_envs=2)
-    client = Client(reaper, tmp_path, "patient", address, "--reconnect-timeout", "3", "--liveness-timeout", "60")
+    client = start_client(reaper, tmp_path, "patient", address, "--reconnect-timeout", "3", "--liveness-timeout", "60")
     learner.wait_for(lambda: learner.steps_done() >= 10, 60, "10 steps")
     killed_at = learner.kill()  # and no new learner comes
     code = client.wait(timeout=20)
@@ -379,7 +341,7 @@ def test_client_gives_up_rejoining_after_its_reconnect_timeout(reaper, tmp_path)
 def test_frozen_learner_is_noticed_within_the_liveness_timeout_and_clients_join_the_next(reaper, tmp_path):
     address = free_tcp_address()
     first = Learner(reaper, tmp_path, "frozen-learner", address, num_envs=4)
-    clients = [Client(reaper, tmp_path, f"client-{index}", address) for index in range(2)]
+    clients = [start_client(reaper, tmp_path, f"client-{index}", address) for index in range(2)]
     first.wait_for(lambda: first.steps_done() >= 20, 60, "20 steps")
     os.kill(first.pid, signal.SIGSTOP)  # its connections stay open, but nothing answers the heartbeats
     frozen_at = time.monotonic()
@@ -403,7 +365,7 @@ def test_frozen_learner_is_noticed_within_the_liveness_timeout_and_clients_join_
 def test_client_does_not_hang_on_a_learner_that_stays_frozen(reaper, tmp_path):
     address = free_tcp_address()
     learner = Learner(reaper, tmp_path, "learner", address, num_envs=2)
-    client = Client(reaper, tmp_path, "bounded", address, "--reconnect-timeout", "3")
+    client = start_client(reaper, tmp_path, "bounded", address, "--reconnect-timeout", "3")
     learner.wait_for(lambda: learner.steps_done() >= 10, 60, "10 steps")
     os.kill(learner.pid, signal.SIGSTOP)  # frozen for good (SIGKILLed by the reaper at teardown)
     frozen_at = time.monotonic()
@@ -419,6 +381,14 @@ def test_client_does_not_hang_on_a_learner_that_stays_frozen(reaper, tmp_path):
 
 def step_zeros(envs: RemoteVectorEnv):
     return envs.step(np.zeros(envs.num_envs, dtype=np.int64))
+
+
+def steps_without_loss(envs: RemoteVectorEnv, count: int) -> tuple:
+    """``count`` steps with zero actions, none of which reports a lost client; the last step's results."""
+    for _ in range(count):
+        results = step_zeros(envs)
+        assert "client_lost" not in results[4]
+    return results
 
 
 def slots_of(envs: RemoteVectorEnv, pid: int) -> list[int]:
@@ -439,8 +409,8 @@ def step_until_lost(envs: RemoteVectorEnv, bound: float):
 def test_frozen_client_is_lost_within_the_liveness_timeout_and_rejoins_when_resumed(reaper, tmp_path):
     envs = RemoteVectorEnv(num_envs=4, liveness_timeout=LIVENESS, connect_timeout=CONNECT_TIMEOUT, timeout=60)
     try:
-        frozen = Client(reaper, tmp_path, "frozen", envs.address)
-        steady = Client(reaper, tmp_path, "steady", envs.address)
+        frozen = start_client(reaper, tmp_path, "frozen", envs.address)
+        steady = start_client(reaper, tmp_path, "steady", envs.address)
         envs.reset(seed=0)
         before = envs.stats()
         assert_served_by(before, [frozen, steady], rejoins=0)
@@ -472,9 +442,7 @@ def test_frozen_client_is_lost_within_the_liveness_timeout_and_rejoins_when_resu
         assert [row["rejoins"] for row in grouped["steady"]] == [0, 0]
         assert sessions_of(after)["frozen"] != sessions_of(before)["frozen"]
         assert sessions_of(after)["steady"] == sessions_of(before)["steady"]
-        for _ in range(20):
-            _, _, _, _, infos = step_zeros(envs)
-            assert "client_lost" not in infos
+        steps_without_loss(envs, 20)
     finally:
         envs.close()
     for client in (frozen, steady):
@@ -484,15 +452,20 @@ def test_frozen_client_is_lost_within_the_liveness_timeout_and_rejoins_when_resu
 def test_resumed_client_whose_slots_were_taken_waits_in_line(reaper, tmp_path):
     envs = RemoteVectorEnv(num_envs=4, liveness_timeout=LIVENESS, connect_timeout=CONNECT_TIMEOUT, timeout=60)
     try:
-        frozen = Client(reaper, tmp_path, "frozen", envs.address)
-        steady = Client(reaper, tmp_path, "steady", envs.address)
+        frozen = start_client(reaper, tmp_path, "frozen", envs.address)
+        steady = start_client(reaper, tmp_path, "steady", envs.address)
         envs.reset(seed=0)
         frozen_slots = slots_of(envs, frozen.pid)
-        spare = Client(reaper, tmp_path, "spare", envs.address)  # no free slot: waits in line
-        deadline = time.monotonic() + 30
-        while "waiting in line" not in spare.stderr:  # the server handles its HELLO while it steps
-            assert time.monotonic() < deadline, f"the spare client was not put in line:\n{spare.stderr}"
-            step_zeros(envs)
+        spare = start_client(reaper, tmp_path, "spare", envs.address)  # no free slot: waits in line
+        # the server handles its HELLO while it steps
+        step_until(
+            envs,
+            lambda: "waiting in line" in spare.stderr,
+            30,
+            "the spare client to be put in line",
+            lambda: step_zeros(envs),
+            output=spare,
+        )
 
         os.kill(frozen.pid, signal.SIGSTOP)
         try:
@@ -505,11 +478,15 @@ def test_resumed_client_whose_slots_were_taken_waits_in_line(reaper, tmp_path):
             os.kill(frozen.pid, signal.SIGCONT)
         assert elapsed < 2 * LIVENESS + 3
 
-        deadline = time.monotonic() + 20
-        while frozen.stderr.count("waiting in line") < 1:  # resumed, it rejoins and finds no free slot
-            assert time.monotonic() < deadline, f"the resumed client did not get in line:\n{frozen.stderr}"
-            _, _, _, _, infos = step_zeros(envs)
-            assert "client_lost" not in infos
+        # resumed, it rejoins and finds no free slot
+        step_until(
+            envs,
+            lambda: frozen.stderr.count("waiting in line") >= 1,
+            20,
+            "the resumed client to get in line",
+            lambda: steps_without_loss(envs, 1),
+            output=frozen,
+        )
         assert frozen.process.poll() is None, frozen.stderr
 
         os.kill(spare.pid, signal.SIGKILL)  # a slot frees up: the one in line gets it
@@ -518,9 +495,7 @@ def test_resumed_client_whose_slots_were_taken_waits_in_line(reaper, tmp_path):
         step_zeros(envs)
         assert slots_of(envs, frozen.pid) == frozen_slots
         assert [row["rejoins"] for row in rows_by_client(envs.stats())["frozen"]] == [1, 1]
-        for _ in range(10):
-            _, _, _, _, infos = step_zeros(envs)
-            assert "client_lost" not in infos
+        steps_without_loss(envs, 10)
     finally:
         envs.close()
     for client in (frozen, steady):
@@ -530,14 +505,23 @@ def test_resumed_client_whose_slots_were_taken_waits_in_line(reaper, tmp_path):
 def test_client_waiting_in_line_gives_up_after_its_slot_timeout(reaper, tmp_path):
     envs = RemoteVectorEnv(num_envs=2, liveness_timeout=LIVENESS, connect_timeout=CONNECT_TIMEOUT, timeout=60)
     try:
-        member = Client(reaper, tmp_path, "member", envs.address)
+        member = start_client(reaper, tmp_path, "member", envs.address)
         envs.reset(seed=0)
-        waiter = Client(reaper, tmp_path, "waiter", envs.address, "--slot-timeout", "2")
-        deadline = time.monotonic() + 30
-        while waiter.process.poll() is None:  # the server handles its HELLO while it steps
-            assert time.monotonic() < deadline, f"the waiting client did not give up:\n{waiter.stderr}"
+        waiter = start_client(reaper, tmp_path, "waiter", envs.address, "--slot-timeout", "2")
+
+        def step_slowly() -> None:
             step_zeros(envs)
             time.sleep(0.01)
+
+        # the server handles its HELLO while it steps
+        step_until(
+            envs,
+            lambda: waiter.process.poll() is not None,
+            30,
+            "the waiting client to give up",
+            step_slowly,
+            output=waiter,
+        )
         assert waiter.process.returncode == 1, waiter.stderr
         assert "waiting in line" in waiter.stderr, waiter.stderr
         assert "gym-remote: error:" in waiter.stderr and "freed up within 2 s" in waiter.stderr, waiter.stderr
@@ -551,39 +535,9 @@ def test_client_waiting_in_line_gives_up_after_its_slot_timeout(reaper, tmp_path
 # -- supervised local clients -----------------------------------------------------------------------
 
 
-def is_local_client(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            return b"gym_remote.launch" in file.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 def local_client_children() -> set[int]:
     """Pids of this process's children that are local client processes still running."""
-    children = set()
-    me = str(os.getpid())
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if fields[1] == me and pid_alive(int(entry)) and is_local_client(int(entry)):
-            children.add(int(entry))
-    return children
-
-
-def kill_local_clients(pids) -> None:
-    """SIGKILL (by pid) those of ``pids`` that are still running local clients."""
-    for pid in pids:
-        if pid_alive(pid) and is_local_client(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    return child_pids(lambda pid: pid_alive(pid) and is_local_client(pid))
 
 
 class LocalRun:
@@ -645,9 +599,7 @@ def test_killed_local_client_is_restarted_and_the_run_goes_on():
         assert [row["pid"] for row in stats] == [pids[0], pids[0], pids[1], pids[1]]
         assert all(row["local"] for row in stats)
         envs.reset(seed=1)
-        for _ in range(20):
-            _, _, _, _, infos = step_zeros(envs)
-            assert "client_lost" not in infos
+        steps_without_loss(envs, 20)
     finally:
         run.close()
 
@@ -797,9 +749,7 @@ def test_flaky_start_up_is_restarted_until_it_works(tmp_path, how):
         assert [row["restarts"] for row in envs.stats()] == [0, 2]
         assert envs.get_attr("label") == ("steady", "flaky-3")
         envs.reset(seed=0)
-        for _ in range(20):
-            _, _, _, _, infos = step_zeros(envs)
-            assert "client_lost" not in infos
+        steps_without_loss(envs, 20)
     finally:
         run.close()
 
@@ -872,7 +822,7 @@ def faulty_envs(request, reaper, tmp_path):
         return
     envs = RemoteVectorEnv(num_envs=4, liveness_timeout=LIVENESS, connect_timeout=CONNECT_TIMEOUT, timeout=60)
     clients = [
-        Client(reaper, tmp_path, f"faulty-{index}", envs.address, "--factory", "tests.recovery_envs:make_faulty")
+        start_client(reaper, tmp_path, f"faulty-{index}", envs.address, "--factory", "tests.recovery_envs:make_faulty")
         for index in range(2)
     ]
     try:
@@ -908,9 +858,7 @@ def test_env_error_in_step_names_the_slot_and_reset_recovers(faulty_envs):
 
     obs, _ = envs.reset(seed=1)
     assert obs.shape == (4, 4)
-    for _ in range(30):
-        obs, rewards, terminations, truncations, infos = step_zeros(envs)
-        assert "client_lost" not in infos
+    obs = steps_without_loss(envs, 30)[0]
     assert envs.observation_space.contains(obs)
     assert envs.get_attr("fail_next_step") == (False,) * 4
     assert sessions_of(envs.stats()) == sessions, "an env error must not cost the client its membership"
@@ -932,9 +880,7 @@ def test_env_error_in_reset_names_the_slot_and_reset_recovers(faulty_envs):
 
     obs, _ = envs.reset(seed=3)
     assert obs.shape == (4, 4)
-    for _ in range(30):
-        _, _, _, _, infos = step_zeros(envs)
-        assert "client_lost" not in infos
+    steps_without_loss(envs, 30)
     assert sessions_of(envs.stats()) == sessions
 
 

@@ -11,11 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -23,9 +19,9 @@ import pytest
 from gymnasium.vector.utils import batch_space
 
 import gym_remote
-from gym_remote import EnvClient, JoinRefusedError, RemoteTimeoutError, RemoteVectorEnv
-from tests.conftest import free_tcp_address, wait_until
+from gym_remote import JoinRefusedError, RemoteTimeoutError, RemoteVectorEnv
 from tests.factories import make_cartpole
+from tests.helpers import LoggedProcess, ThreadClient, cli_client, free_tcp_address, step_until, wait_until
 
 CARTPOLE = gym.make("CartPole-v1")
 CARTPOLE_OBS, CARTPOLE_ACT = CARTPOLE.observation_space, CARTPOLE.action_space
@@ -34,30 +30,8 @@ CARTPOLE_OBS, CARTPOLE_ACT = CARTPOLE.observation_space, CARTPOLE.action_space
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-class CliClient:
-    """A ``gym-remote client`` process whose stdout and stderr go to files."""
-
-    def __init__(self, reaper, tmp_path: Path, name: str, address: str, *args: str, log_level: str = "WARNING"):
-        self.stdout_path = tmp_path / f"{name}.out"
-        self.stderr_path = tmp_path / f"{name}.err"
-        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
-            self.process = reaper.cli(
-                "--log-level", log_level, "client", address, "--name", name, *args, stdout=out, stderr=err
-            )
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"client still running after {timeout} s; stderr:\n{self.stderr}") from None
-
-
-def cartpole_client(reaper, tmp_path, name, address, num_envs=2, *extra, **kwargs) -> CliClient:
-    return CliClient(
+def cartpole_client(reaper, tmp_path, name, address, num_envs=2, *extra, **kwargs) -> LoggedProcess:
+    return cli_client(
         reaper,
         tmp_path,
         name,
@@ -71,55 +45,6 @@ def cartpole_client(reaper, tmp_path, name, address, num_envs=2, *extra, **kwarg
         *extra,
         **kwargs,
     )
-
-
-class ThreadClient:
-    """An :class:`EnvClient` running in a thread of the test process; keeps what ``run()`` raised."""
-
-    def __init__(self, address: str, env_fns, **kwargs):
-        self.client = EnvClient(address, env_fns, connect_timeout=kwargs.pop("connect_timeout", 30), **kwargs)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.client.run()
-        except BaseException as error:  # noqa: BLE001 - kept for the test to inspect
-            self.error = error
-
-    @property
-    def done(self) -> bool:
-        return not self.thread.is_alive()
-
-    def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"EnvClient.run() still running after {timeout} s"
-
-    def stop(self) -> None:
-        self.client.stop()
-        self.thread.join(5)
-
-
-@pytest.fixture
-def thread_clients():
-    """Thread clients made through this list are stopped at teardown (if a test failed half-way)."""
-    clients: list[ThreadClient] = []
-    yield clients
-    for client in clients:
-        client.stop()
-
-
-def step_until(envs: RemoteVectorEnv, condition: Callable[[], bool], timeout: float, what: str) -> int:
-    """Step ``envs`` with random actions (which lets the server handle joins) until ``condition()``."""
-    deadline = time.monotonic() + timeout
-    steps = 0
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s (and {steps} steps) waiting for {what}")
-        envs.step(envs.action_space.sample())
-        steps += 1
-    return steps
 
 
 def expected_cartpole_resets(seed: int, num_envs: int) -> np.ndarray:
@@ -245,8 +170,7 @@ def test_ipc_bind_and_thread_clients(tmp_path, thread_clients):
     finally:
         envs.close()
     for client in thread_clients:
-        client.join(10)
-        assert client.error is None, repr(client.error)
+        client.finish(10)
 
 
 # -- reset() waiting for slots ---------------------------------------------------------------------
@@ -274,8 +198,7 @@ def test_reset_times_out_saying_how_many_slots_are_served(thread_clients):
     finally:
         envs.close()
     for client in thread_clients:
-        client.join(10)
-        assert client.error is None, repr(client.error)
+        client.finish(10)
 
 
 def test_reset_times_out_with_no_client_at_all():
@@ -321,8 +244,7 @@ def test_a_client_that_leaves_frees_its_slots_for_a_newcomer(thread_clients):
     finally:
         envs.close()
     for client in (first, newcomer):
-        client.join(10)
-        assert client.error is None, repr(client.error)
+        client.finish(10)
 
 
 # -- refusals --------------------------------------------------------------------------------------
@@ -332,7 +254,7 @@ def test_cli_client_with_other_spaces_is_refused(reaper, tmp_path):
     envs = RemoteVectorEnv(num_envs=2, observation_space=CARTPOLE_OBS, action_space=CARTPOLE_ACT, connect_timeout=30)
     try:
         good = cartpole_client(reaper, tmp_path, "good", envs.address, 2)
-        bad = CliClient(reaper, tmp_path, "pendulum", envs.address, "--env", "Pendulum-v1", "--connect-timeout", "30")
+        bad = cli_client(reaper, tmp_path, "pendulum", envs.address, "--env", "Pendulum-v1", "--connect-timeout", "30")
         envs.reset(seed=0)
         # keep the server busy (handling joins) until the refused client gave up
         step_until(envs, lambda: bad.process.poll() is not None, 30, "the Pendulum client to exit")
@@ -369,8 +291,7 @@ def test_thread_client_with_other_spaces_is_refused(thread_clients):
             envs.step(envs.action_space.sample())
     finally:
         envs.close()
-    good.join(10)
-    assert good.error is None, repr(good.error)
+    good.finish(10)
 
 
 def test_thread_client_offering_more_envs_than_free_slots_is_refused(thread_clients):
@@ -393,8 +314,7 @@ def test_thread_client_offering_more_envs_than_free_slots_is_refused(thread_clie
     finally:
         envs.close()
     for client in (first, fitting):
-        client.join(10)
-        assert client.error is None, repr(client.error)
+        client.finish(10)
 
 
 def test_cli_client_finding_no_free_slot_is_refused(reaper, tmp_path):

@@ -1,0 +1,256 @@
+"""Helpers shared by the test modules (the fixtures, ``reaper`` among them, are in ``conftest.py``).
+
+* :class:`ThreadClient`: an :class:`~gym_remote.EnvClient` running in a thread of the test process;
+* :class:`LoggedProcess`: a process started through the ``reaper`` fixture, its output in files, and
+  the command lines on top of it (:func:`gym_remote`, :func:`cli_client`);
+* processes by pid: :func:`pid_alive`, :func:`child_pids`, :func:`is_local_client`,
+  :func:`kill_local_clients`, :class:`KillWhenMarked`;
+* waiting: :func:`wait_until`, :func:`step_until`; who serves what: :func:`rows_by_client`;
+  an address: :func:`free_tcp_address`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from gym_remote import EnvClient, RemoteVectorEnv
+
+GYM_REMOTE_SCRIPT = str(Path(sys.executable).with_name("gym-remote"))
+"""The ``gym-remote`` console script of the interpreter running the tests."""
+
+
+# -- waiting ---------------------------------------------------------------------------------------
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def step_until(
+    envs: RemoteVectorEnv,
+    condition: Callable[[], bool],
+    timeout: float,
+    what: str,
+    step: Callable[[], Any] | None = None,
+    output: LoggedProcess | None = None,
+) -> int:
+    """Step ``envs`` (which lets the server handle joins) until ``condition()``; return how many steps it took.
+
+    Each step is ``step()``; without one, ``envs.step`` with random actions from its action space. On a
+    timeout the test fails, showing the ``output`` of a process if one is given.
+    """
+    if step is None:
+
+        def step() -> Any:
+            return envs.step(envs.action_space.sample())
+
+    deadline = time.monotonic() + timeout
+    steps = 0
+    while not condition():
+        if time.monotonic() > deadline:
+            shown = "" if output is None else f"\n{output}"
+            raise AssertionError(f"timed out after {timeout} s (and {steps} steps) waiting for {what}{shown}")
+        step()
+        steps += 1
+    return steps
+
+
+# -- EnvClients in threads -------------------------------------------------------------------------
+
+
+class ThreadClient:
+    """An :class:`EnvClient` whose ``run()`` runs in a daemon thread of the test process; keeps what it raised."""
+
+    def __init__(self, address: str, env_fns, **kwargs: Any) -> None:
+        """Start ``EnvClient(address, env_fns, **kwargs)`` (``connect_timeout`` 30 s unless given)."""
+        kwargs.setdefault("connect_timeout", 30)
+        self._start(EnvClient(address, env_fns, **kwargs))
+
+    @classmethod
+    def around(cls, client: EnvClient) -> ThreadClient:
+        """Start the ``run()`` of an EnvClient made elsewhere (a subclass, say)."""
+        thread_client = cls.__new__(cls)
+        thread_client._start(client)
+        return thread_client
+
+    def _start(self, client: EnvClient) -> None:
+        self.client = client
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.client.run()
+        except BaseException as error:  # noqa: BLE001 - kept for the test to inspect
+            self.error = error
+
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"EnvClient.run() still running after {timeout} s"
+
+    def finish(self, timeout: float) -> None:
+        """Join; ``run()`` must have ended without an error."""
+        self.join(timeout)
+        assert self.error is None, repr(self.error)
+
+    def stop(self) -> None:
+        self.client.stop()
+        self.thread.join(5)
+
+
+# -- processes with their output in files ----------------------------------------------------------
+
+
+class LoggedProcess:
+    """A process started through the ``reaper`` fixture, its stdout and stderr in ``tmp_path/NAME.out|.err``."""
+
+    def __init__(self, reaper, tmp_path: Path, name: str, command: list[str]) -> None:
+        self.name = name
+        self.stdout_path, self.stderr_path = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
+            self.process = reaper.popen(command, stdout=out, stderr=err)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def wait(self, timeout: float) -> int:
+        """The exit code; fail the test (with the output) if the process is still running after ``timeout`` s."""
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} still running after {timeout} s\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+            ) from None
+
+    def __str__(self) -> str:
+        return f"{self.name}: exit {self.process.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+def gym_remote(reaper, tmp_path: Path, name: str, *args: str, via: str = "module") -> LoggedProcess:
+    """``python -m gym_remote ARGS`` (``via="script"``: the ``gym-remote`` console script)."""
+    prefix = [GYM_REMOTE_SCRIPT] if via == "script" else [sys.executable, "-m", "gym_remote"]
+    return LoggedProcess(reaper, tmp_path, name, [*prefix, *args])
+
+
+def cli_client(
+    reaper, tmp_path: Path, name: str, address: str, *args: str, log_level: str = "WARNING"
+) -> LoggedProcess:
+    """``gym-remote --log-level LOG_LEVEL client ADDRESS --name NAME ARGS``."""
+    return gym_remote(reaper, tmp_path, name, "--log-level", log_level, "client", address, "--name", name, *args)
+
+
+# -- processes by pid ------------------------------------------------------------------------------
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); None without such a process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def child_pids(predicate: Callable[[int], bool] | None = None) -> set[int]:
+    """Pids of this process's children (running or zombie), those for which ``predicate(pid)`` holds if given."""
+    children = set()
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(entry)
+        if fields is not None and fields[1] == me and (predicate is None or predicate(int(entry))):
+            children.add(int(entry))
+    return children
+
+
+def is_local_client(pid: int) -> bool:
+    """True if ``pid`` is a local client process (``python -m gym_remote.launch``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return b"gym_remote.launch" in file.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def kill_local_clients(pids: Iterable[int]) -> None:
+    """SIGKILL (by pid) those of ``pids`` that are still running local clients: a failed test leaves nothing behind."""
+    for pid in pids:
+        if pid_alive(pid) and is_local_client(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class KillWhenMarked:
+    """A daemon thread that SIGKILLs ``pid`` as soon as the file ``marker`` exists (waiting up to ``timeout`` s)."""
+
+    def __init__(self, pid: int, marker: Path, timeout: float = 30) -> None:
+        self.killed = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(pid, marker, timeout), daemon=True)
+        self.thread.start()
+
+    def _run(self, pid: int, marker: Path, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if marker.exists():
+            os.kill(pid, signal.SIGKILL)
+            self.killed.set()
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+
+
+# -- servers ---------------------------------------------------------------------------------------
+
+
+def free_tcp_address() -> str:
+    """A ``tcp://127.0.0.1:PORT`` address whose port was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def rows_by_client(stats: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The ``stats()`` rows of served slots, grouped by client name."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for row in stats:
+        if row["served"]:
+            grouped.setdefault(row["client"], []).append(row)
+    return grouped
