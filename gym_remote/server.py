@@ -107,7 +107,6 @@ class _Waiter:
 
     hello: dict[str, Any]
     peer_address: str
-    since: float = field(default_factory=time.monotonic)
 
 
 class SlotServer:

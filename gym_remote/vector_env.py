@@ -559,14 +559,7 @@ class RemoteVectorEnv(VectorEnv):
                 "options": options,
                 "mask": selected,
             }
-            return protocol.message(
-                Kind.RESET,
-                command,
-                seq=seq,
-                count=client.count,
-                allow_pickle=client.trusted,
-                label=lambda path: _reset_label(client, path),
-            )
+            return _command(Kind.RESET, client, seq, command, lambda path: _reset_label(client, path))
 
         return build
 
@@ -650,13 +643,12 @@ class RemoteVectorEnv(VectorEnv):
 
         def build(client: ClientInfo, seq: int) -> list[Any]:
             command = {"actions": [per_env[slot] for slot in client.slots]}
-            return protocol.message(
+            return _command(
                 Kind.STEP,
+                client,
+                seq,
                 command,
-                seq=seq,
-                count=client.count,
-                allow_pickle=client.trusted,
-                label=lambda path: f"the action for slot {client.slots[path[1][0]]}{protocol.path_text(path[2:])}",
+                lambda path: f"the action for slot {client.slots[path[1][0]]}{protocol.path_text(path[2:])}",
             )
 
         return build
@@ -725,14 +717,7 @@ class RemoteVectorEnv(VectorEnv):
         results: list[Any] = [None] * self.num_envs
 
         def build(client: ClientInfo, seq: int) -> list[Any]:
-            return protocol.message(
-                kind,
-                command_for(client),
-                seq=seq,
-                count=client.count,
-                allow_pickle=client.trusted,
-                label=lambda path: _call_label(client, what, path),
-            )
+            return _command(kind, client, seq, command_for(client), lambda path: _call_label(client, what, path))
 
         def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
             reply = self._server.recv_value(client, header)
@@ -760,6 +745,11 @@ class RemoteVectorEnv(VectorEnv):
 
     def _observations_out(self) -> Any:
         return deepcopy(self._observations) if self.copy else self._observations
+
+
+def _command(kind: Kind, client: ClientInfo, seq: int, command: dict, label: protocol.Label) -> list[Any]:
+    """A command message for ``client``: sized for its envs, pickling only if it is trusted."""
+    return protocol.message(kind, command, seq=seq, count=client.count, allow_pickle=client.trusted, label=label)
 
 
 def _reset_label(client: ClientInfo, path: tuple[tuple[Any, str], ...]) -> str:
