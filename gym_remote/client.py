@@ -245,8 +245,13 @@ class EnvClient:
         self._max_message_bytes: int | None = None
 
     def stop(self) -> None:
-        """Ask :meth:`run` (in another thread) to return; it does within ``IDLE_POLL_SECONDS`` when idle."""
+        """Ask :meth:`run` (in another thread) to leave the server (BYE) and return.
+
+        It does within ``IDLE_POLL_SECONDS`` when idle, else after the command it is handling.
+        """
         self._stop.set()
+
+    close = stop
 
     def run(self) -> None:
         """Connect, serve the envs until the server sends CLOSE (or :meth:`stop`), then close the envs.

@@ -362,3 +362,20 @@ def test_a_cli_client_stopped_by_a_signal_says_goodbye(reaper, tmp_path, signum,
     finally:
         envs.close()
     assert keeper.wait(timeout=10) == 0, keeper.stderr
+
+
+def test_env_client_close_leaves_the_server(thread_clients):
+    envs = RemoteVectorEnv(num_envs=2, connect_timeout=30, liveness_timeout=60)
+    try:
+        staying = ThreadClient(envs.address, [make_cartpole])
+        leaving = ThreadClient(envs.address, [make_cartpole])
+        thread_clients.extend([staying, leaving])
+        envs.reset(seed=0)
+        slot = leaving.client.slots[0]
+        leaving.client.close()
+        leaving.join(5)
+        assert leaving.error is None, repr(leaving.error)
+        _, _, _, truncations, infos = envs.step(envs.action_space.sample())
+        assert infos["client_lost"].tolist() == [index == slot for index in range(2)] and truncations[slot]
+    finally:
+        envs.close()
