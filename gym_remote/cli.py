@@ -4,7 +4,8 @@ Subcommands:
 
 * ``client ADDRESS --env ID`` serves envs to a RemoteVectorEnv at ADDRESS until it closes;
 * ``demo`` runs a rollout on CartPole through local clients and reports speed and episode statistics;
-* ``serve`` runs the same rollout on a server that remote clients join.
+* ``serve`` runs the same rollout on a server that remote clients join;
+* ``keygen NAME --dir DIR`` writes a CURVE key pair (``DIR/NAME.key``, ``DIR/NAME.key_secret``).
 
 Exit codes: 0 done, 1 failed at run time (refused, timed out, env error), 2 bad usage, 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM).
@@ -102,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="trusted mode: exchange pickles with the server (only with a server you trust)",
     )
+    security = client.add_argument_group("security (for a server that uses CURVE keys or a shared secret)")
+    security.add_argument("--server-key", metavar="PATH", help="the server's public key file (NAME.key)")
+    security.add_argument("--client-key", metavar="PATH", help="this client's secret key file (NAME.key_secret)")
+    _add_secret_file_argument(security)
     client.set_defaults(handler=_run_client)
 
     demo = commands.add_parser(
@@ -132,8 +137,48 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to wait for clients to fill the slots (default: %(default)s)",
     )
     _add_rollout_arguments(serve)
+    security = serve.add_argument_group("security (required to listen beyond loopback)")
+    security.add_argument("--server-key", metavar="PATH", help="this server's secret key file (NAME.key_secret)")
+    security.add_argument(
+        "--authorized-keys",
+        metavar="PATH",
+        action="append",
+        help="a directory of the clients' public key files (NAME.key), or one such file; repeatable",
+    )
+    _add_secret_file_argument(security)
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        help="listen on a non-loopback address without authentication (only on a network you trust)",
+    )
+    security.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        metavar="N",
+        help="connections open at once beyond which new ones are refused (default: 4 x num-envs + 64)",
+    )
     serve.set_defaults(handler=_run_serve)
+
+    keygen = commands.add_parser(
+        "keygen",
+        help="write a CURVE key pair for a server or a client",
+        description="Write a new CURVE key pair: DIR/NAME.key (the public key, to share) and "
+        "DIR/NAME.key_secret (readable only by you, never to share). A server is given its "
+        "NAME.key_secret and a directory of its clients' NAME.key files; a client its own "
+        "NAME.key_secret and the server's NAME.key.",
+    )
+    keygen.add_argument("name", metavar="NAME", help="the key pair's name, e.g. server or worker-1")
+    keygen.add_argument("--dir", default=".", help="directory to write into (default: the current one)")
+    keygen.set_defaults(handler=_run_keygen)
     return parser
+
+
+def _add_secret_file_argument(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        help="a file holding a shared secret (instead of key files); the same on server and clients",
+    )
 
 
 def _add_env_arguments(parser: argparse.ArgumentParser, default_env: str | None, default_num_envs: int) -> None:
@@ -217,8 +262,25 @@ def _run_client(args: argparse.Namespace) -> int:
         reconnect_timeout=args.reconnect_timeout,
         liveness_timeout=args.liveness_timeout,
         allow_pickle=args.allow_pickle,
+        server_key=args.server_key,
+        client_key=args.client_key,
+        secret=_secret(args),
     )
     client.run()
+    return EXIT_OK
+
+
+def _secret(args: argparse.Namespace) -> str | None:
+    from gym_remote.security import read_secret_file
+
+    return read_secret_file(args.secret_file) if args.secret_file else None
+
+
+def _run_keygen(args: argparse.Namespace) -> int:
+    from gym_remote.security import create_key_files
+
+    public, secret = create_key_files(args.name, args.dir)
+    print(f"public key (share it): {public}\nsecret key (keep it private): {secret}")
     return EXIT_OK
 
 
@@ -242,13 +304,28 @@ def _run_demo(args: argparse.Namespace) -> int:
 def _run_serve(args: argparse.Namespace) -> int:
     from gym_remote.vector_env import RemoteVectorEnv
 
+    secret = _secret(args)
     envs = RemoteVectorEnv(
-        num_envs=args.num_envs, bind=args.bind, autoreset_mode=args.autoreset_mode, connect_timeout=args.connect_timeout
+        num_envs=args.num_envs,
+        bind=args.bind,
+        autoreset_mode=args.autoreset_mode,
+        connect_timeout=args.connect_timeout,
+        server_key=args.server_key,
+        authorized_keys=args.authorized_keys,
+        secret=secret,
+        insecure=args.insecure,
+        max_connections=args.max_connections,
     )
+    if secret is not None:
+        credentials = f" --secret-file {args.secret_file}"
+    elif args.server_key is not None:
+        credentials = " --server-key SERVER.key --client-key CLIENT.key_secret"
+    else:
+        credentials = ""
     try:
         print(
             f"listening on {envs.address} for {envs.num_envs} envs; start clients with:\n"
-            f"  gym-remote client {envs.address} --env CartPole-v1 --num-envs N",
+            f"  gym-remote client {envs.address} --env CartPole-v1 --num-envs N{credentials}",
             flush=True,
         )
         _report(rollout(envs, args.steps, args.seed, progress=not args.no_progress))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -35,6 +36,7 @@ from zmq.utils.monitor import recv_monitor_message
 from gym_remote import codec, protocol, transport
 from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
 from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
+from gym_remote.security import KeySource, client_security, is_local_endpoint
 
 __all__ = ["EnvClient", "HostedEnvs"]
 
@@ -42,6 +44,17 @@ logger = logging.getLogger(__name__)
 
 IDLE_POLL_SECONDS = 0.2
 """How often an idle client wakes up to check whether it was asked to stop."""
+
+HANDSHAKE_FAILURES = 3
+"""Security handshakes the server cuts off in a row (the sign of a wrong server key) before giving up."""
+
+_MONITORED = (
+    zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 
 class HostedEnvs:
@@ -197,6 +210,11 @@ class EnvClient:
         allow_pickle: accept pickled values from the server and send values that cannot be encoded
             safely as pickles. Only for servers you trust as much as your own code; the server must
             allow it too.
+        server_key: the server's public key (its ``NAME.key`` file, or the key as Z85 text), for a
+            server that uses CURVE (``gym-remote keygen``); needs ``client_key``.
+        client_key: this client's ``NAME.key_secret`` file (or secret key as Z85 text); the server
+            must have its public key among its ``authorized_keys``.
+        secret: a shared secret instead of key files: the same as the server's; it never travels.
 
     Example::
 
@@ -217,6 +235,9 @@ class EnvClient:
         reconnect_timeout: float | None = 300.0,
         liveness_timeout: float = 10.0,
         allow_pickle: bool = False,
+        server_key: KeySource | None = None,
+        client_key: KeySource | None = None,
+        secret: str | bytes | None = None,
         _launch: dict[str, Any] | None = None,
     ) -> None:
         if callable(env_fns):
@@ -235,6 +256,14 @@ class EnvClient:
         self.reconnect_timeout = reconnect_timeout
         self.liveness_timeout = liveness_timeout
         self.allow_pickle = allow_pickle
+        self._security = client_security(server_key, client_key, secret)
+        if self._security is None and not is_local_endpoint(address):
+            logger.warning(
+                "client %s: connecting to %s without authentication or encryption; anyone on the network path "
+                "can read and change the traffic (see server_key/client_key or secret)",
+                self.name,
+                address,
+            )
         self.session = ""  # this run's current membership (its routing id); new after each reconnection
         self.previous_session = ""
         self.slots: list[int] = []
@@ -243,6 +272,7 @@ class EnvClient:
         self._stop = threading.Event()
         self._trusted = False
         self._max_message_bytes: int | None = None
+        self._cut_handshakes = 0  # security handshakes the server cut off in a row
 
     def stop(self) -> None:
         """Ask :meth:`run` (in another thread) to leave the server (BYE) and return.
@@ -306,7 +336,9 @@ class EnvClient:
         sock.setsockopt(zmq.RCVTIMEO, int(IDLE_POLL_SECONDS * 1000))
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)  # reconnection attempts back off up to 5 s apart
         transport.set_heartbeats(sock, self.liveness_timeout)
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        if self._security is not None:
+            self._security.apply(sock)
+        self._monitor = sock.get_monitor_socket(_MONITORED)
         sock.connect(self.address)
         self._socket = sock
 
@@ -329,14 +361,63 @@ class EnvClient:
         self._socket = None
 
     def _connection_dropped(self) -> bool:
-        """Whether the connection to the server dropped since the last call (libzmq then reconnects)."""
+        """Whether the connection to the server dropped since the last call (libzmq then reconnects).
+
+        Raises:
+            JoinRefusedError: the server turned down this client's security handshake for good.
+        """
         dropped = False
         while True:
             try:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return dropped
-            dropped = dropped or event["event"] == zmq.EVENT_DISCONNECTED
+            kind, value = event["event"], event["value"]
+            if kind == zmq.EVENT_DISCONNECTED:
+                dropped = True
+            elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._cut_handshakes = 0
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                self._cut_handshakes += 1
+                if self._security is not None and self._cut_handshakes >= HANDSHAKE_FAILURES:
+                    raise JoinRefusedError(
+                        f"client {self.name}: the server at {self.address} cut off the CURVE handshake "
+                        f"{self._cut_handshakes} times in a row: is server_key the server's public key "
+                        "(or the secret the server's)?",
+                        code="handshake",
+                    )
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                raise JoinRefusedError(self._mismatch_message(value), code="handshake")
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                if int(value) != 300:  # ZAP status 300 is temporary (too many connections): try again later
+                    raise JoinRefusedError(
+                        f"client {self.name}: the server at {self.address} does not accept this client's key "
+                        f"(ZAP status {int(value)}): is its public key among the server's authorized_keys?",
+                        code="unauthorized",
+                    )
+                delay = random.uniform(0.5, 2.0)
+                logger.warning(
+                    "client %s: the server at %s is refusing connections for now (too many, or too fast); "
+                    "trying again in %.1f s",
+                    self.name,
+                    self.address,
+                    delay,
+                )
+                self._stop.wait(delay)
+                dropped = True
+
+    def _mismatch_message(self, value: int) -> str:
+        if value != zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+            return f"client {self.name}: the ZeroMQ handshake with {self.address} failed (protocol error {value:#x})"
+        if self._security is not None:
+            return (
+                f"client {self.name}: the server at {self.address} does not use CURVE, but this client was given "
+                "keys or a secret"
+            )
+        return (
+            f"client {self.name}: the server at {self.address} requires authentication: give server_key and "
+            "client_key (--server-key/--client-key), or secret (--secret-file)"
+        )
 
     # -- handshake -------------------------------------------------------------------------------
 

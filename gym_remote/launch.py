@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import cloudpickle
 
+from gym_remote.security import ClientSecurity
 from gym_remote.server import LaunchSlot
 
 __all__ = ["LocalClients", "split_evenly"]
@@ -80,11 +81,12 @@ class LocalClients:
         self._spawned = 0
         self._address = ""
         self._allow_pickle = False
+        self._security: ClientSecurity | None = None
         self._finalizer = weakref.finalize(self, _kill, self.processes)
 
-    def start(self, address: str, *, allow_pickle: bool) -> None:
-        """Start every client process; they connect to ``address``."""
-        self._address, self._allow_pickle = address, allow_pickle
+    def start(self, address: str, *, allow_pickle: bool, security: ClientSecurity | None = None) -> None:
+        """Start every client process; they connect to ``address`` (with ``security``'s keys if given)."""
+        self._address, self._allow_pickle, self._security = address, allow_pickle, security
         for launch in self.slots:
             self._spawn(launch)
 
@@ -101,6 +103,7 @@ class LocalClients:
             "allow_pickle": self._allow_pickle,
             "log_level": logging.getLogger("gym_remote").getEffectiveLevel(),
             "launch": {"index": launch.index, "token": launch.token, "parent_pid": os.getpid()},
+            "security": self._security.to_payload() if self._security is not None else {},
         }
         share = self.env_fns[launch.first_slot : launch.first_slot + launch.count]
         descriptor = os.open(payload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -253,6 +256,7 @@ def child_main(payload_path: str) -> int:
         reconnect=False,  # a new learner starts clients of its own
         slot_timeout=None,  # its slots free up when the learner has reported the previous client's loss
         allow_pickle=header["allow_pickle"],
+        **header["security"],
         _launch=launch,
     )
     try:

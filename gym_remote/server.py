@@ -32,6 +32,7 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gym_remote import codec, protocol, transport
 from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError
 from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
+from gym_remote.security import DEFAULT_HANDSHAKE_RATE, Gatekeeper, ServerSecurity
 
 __all__ = ["SlotServer", "ClientInfo", "LaunchSlot"]
 
@@ -67,6 +68,7 @@ class ClientInfo:
     render_mode: str | None
     launch_index: int | None = None
     peer_address: str = ""
+    key: str = ""  # the name of the CURVE key it authenticated with ("" without authentication)
     rejoins: int = 0
     joined_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
@@ -101,12 +103,20 @@ class LaunchSlot:
     token: str
 
 
+@dataclass(frozen=True)
+class _Peer:
+    """What libzmq tells of a message's sender: its network address and the name of its CURVE key."""
+
+    address: str = ""
+    key: str = ""
+
+
 @dataclass
 class _Waiter:
     """A client that found no free slot and waits in line for one."""
 
     hello: dict[str, Any]
-    peer_address: str
+    peer: _Peer
 
 
 class SlotServer:
@@ -125,6 +135,10 @@ class SlotServer:
             closes a peer's connection, and the server declares the client lost.
         max_message_bytes: largest frame a peer may send.
         name: the server's name in WELCOME and logs.
+        security: CURVE keys and the client keys accepted (None: plain connections).
+        max_connections: connections open at once beyond which new ones are refused (default
+            ``4 * num_envs + 64``); also the length of the waiting line.
+        handshake_rate: connection handshakes per second one network address may start.
     """
 
     def __init__(
@@ -139,6 +153,9 @@ class SlotServer:
         liveness_timeout: float = 10.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         name: str = "gym_remote",
+        security: ServerSecurity | None = None,
+        max_connections: int | None = None,
+        handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
     ) -> None:
         self.num_envs = num_envs
         self.observation_mode = observation_mode
@@ -174,7 +191,15 @@ class SlotServer:
         self._admitting = False
         self._last_checks = 0.0
 
-        self.context = zmq.Context()
+        self.security = security
+        self.max_connections = int(max_connections) if max_connections is not None else 4 * num_envs + 64
+        self.context = zmq.Context()  # its own: the gatekeeper answers for every socket of its context
+        self.gatekeeper = Gatekeeper(
+            self.context,
+            security.authorized if security is not None else None,
+            max_connections=self.max_connections,
+            handshake_rate=handshake_rate,
+        )
         sock = self.context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -183,15 +208,26 @@ class SlotServer:
         sock.setsockopt(zmq.SNDTIMEO, int(POLL_SECONDS * 1000))
         sock.setsockopt(zmq.SNDHWM, SEND_HWM)
         transport.set_heartbeats(sock, liveness_timeout)
+        if security is not None:
+            security.apply(sock)
+        self.gatekeeper.watch(sock)
+        self.gatekeeper.start()
         try:
             sock.bind(bind)
         except zmq.ZMQError as error:
+            self.gatekeeper.close(sock)
             sock.close()
             self.context.term()
             raise OSError(f"cannot bind {bind!r}: {error}") from None
         self.socket = sock
         self.address = _connectable(sock.getsockopt_string(zmq.LAST_ENDPOINT))
-        logger.info("server %s listening on %s for %d slots", name, self.address, num_envs)
+        logger.info(
+            "server %s listening on %s for %d slots (%s)",
+            name,
+            self.address,
+            num_envs,
+            f"CURVE, {security.how}" if security is not None else "no authentication",
+        )
 
     # -- slots -------------------------------------------------------------------------------------
 
@@ -454,6 +490,7 @@ class SlotServer:
                     host=client.host,
                     pid=client.pid,
                     address=client.peer_address,
+                    key=client.key,
                     session=client.session,
                     local=client.launch_index is not None,
                     steps=client.steps,
@@ -464,6 +501,17 @@ class SlotServer:
                 )
             rows.append(row)
         return rows
+
+    def connection_stats(self) -> dict[str, Any]:
+        """The gate's view: security, connections open, handshakes accepted and denied, clients in line."""
+        return {
+            "address": self.address,
+            "security": f"CURVE ({self.security.how})" if self.security is not None else "none",
+            **self.gatekeeper.stats(),
+            "clients": len(self.clients),
+            "waiting": len(self.waiting),
+            "recent_refusals": list(self.refusals),
+        }
 
     # -- closing -----------------------------------------------------------------------------------
 
@@ -494,6 +542,7 @@ class SlotServer:
             logger.warning("%d client(s) did not acknowledge CLOSE within %g s", len(waiting), timeout)
         self.clients.clear()
         self.slots = [None] * self.num_envs
+        self.gatekeeper.close(self.socket)
         self.socket.close(linger=0)
         self.context.term()
 
@@ -596,9 +645,9 @@ class SlotServer:
             if not self._welcome(self.clients[identity]):
                 self.lose(self.clients[identity], "its connection is gone", tell=False)
             return
-        frames, peer_address = self._recv_rest_and_peer()
         hello = None
         try:
+            frames, peer = self._recv_rest_and_peer()
             if header.version != protocol.PROTOCOL_VERSION:
                 raise _Refusal(
                     "version",
@@ -611,7 +660,7 @@ class SlotServer:
             previous = self._member_with_session(hello.get("previous_session"))
             if previous is not None:  # the same client, reconnected: its old membership ends here
                 self.lose(previous, "it reconnected as a new session", tell=False)
-            self._join(identity, hello, peer_address)
+            self._join(identity, hello, peer)
         except _Refusal as refusal:
             self.waiting.pop(identity, None)
             self._refuse(identity, refusal.code, str(refusal))
@@ -622,20 +671,23 @@ class SlotServer:
             self.waiting.pop(identity, None)
             self._refuse(identity, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
 
-    def _join(self, identity: bytes, hello: dict[str, Any], peer_address: str) -> None:
+    def _join(self, identity: bytes, hello: dict[str, Any], peer: _Peer) -> None:
         """Admit a client, or put it in line when there is no free slot and it asked to wait."""
         try:
-            client = self._admit(identity, hello, peer_address)
+            client = self._admit(identity, hello, peer)
         except _Refusal as refusal:
             if refusal.code != "full" or not hello.get("wait"):
                 raise
             if identity not in self.waiting:
-                self.waiting[identity] = _Waiter(hello, peer_address)
+                if len(self.waiting) >= self.max_connections:
+                    raise _Refusal("full", f"{refusal}, and the waiting line is full ({len(self.waiting)})") from None
+                self.waiting[identity] = _Waiter(hello, peer)
                 logger.info(
                     "no free slot for client %r; it waits in line (%d waiting)", hello.get("name"), len(self.waiting)
                 )
             position = list(self.waiting).index(identity) + 1
-            self._refuse(identity, "full", f"{refusal}; waiting in line at position {position}", waiting=True)
+            if not self._refuse(identity, "full", f"{refusal}; waiting in line at position {position}", waiting=True):
+                del self.waiting[identity]  # it is gone: it does not hold a place in line
             return
         self.waiting.pop(identity, None)
         first = self.observation_space is None
@@ -656,11 +708,12 @@ class SlotServer:
         if first:
             self._admit_waiters()  # those that waited for the spaces to be known
         logger.info(
-            "%s joined from %s (pid %d, %s); %d of %d slots served",
+            "%s joined from %s (pid %d, %s%s); %d of %d slots served",
             client.describe(),
             client.host,
             client.pid,
             client.peer_address or "local",
+            f", key {client.key!r}" if client.key else "",
             self.served,
             self.num_envs,
         )
@@ -680,7 +733,7 @@ class SlotServer:
                 if waiter is None:
                     continue
                 try:
-                    self._join(identity, waiter.hello, waiter.peer_address)
+                    self._join(identity, waiter.hello, waiter.peer)
                 except _Refusal as refusal:
                     if refusal.code != "full":  # its spaces no longer match (e.g. given meanwhile)
                         self.waiting.pop(identity, None)
@@ -691,7 +744,7 @@ class SlotServer:
         finally:
             self._admitting = False
 
-    def _admit(self, identity: bytes, hello: dict[str, Any], peer_address: str) -> ClientInfo:
+    def _admit(self, identity: bytes, hello: dict[str, Any], peer: _Peer) -> ClientInfo:
         if hello.get("protocol") != protocol.PROTOCOL_VERSION:
             raise _Refusal(
                 "version",
@@ -706,6 +759,8 @@ class SlotServer:
             raise ProtocolError("pid and rejoins must be ints, metadata a dict")
         render_mode = hello.get("render_mode")
         launch_index, trusted = self._check_launch(hello.get("launch"))
+        if launch_index is None and self._reserved.all():
+            raise _Refusal("private", "this server serves only the local clients it started itself")
         if self.observation_space is None and self.launches and launch_index != 0:
             # With launched clients, env_fns[0] defines the spaces (as in SyncVectorEnv): wait for it.
             raise _Refusal("full", "the spaces are not known yet: waiting for the client serving slot 0")
@@ -739,7 +794,8 @@ class SlotServer:
             metadata=metadata,
             render_mode=render_mode if isinstance(render_mode, str) else None,
             launch_index=launch_index,
-            peer_address=peer_address,
+            peer_address=peer.address,
+            key=peer.key,
             rejoins=rejoins,
         )
 
@@ -837,14 +893,16 @@ class SlotServer:
         }
         return self._try_send(client.identity, protocol.message(Kind.WELCOME, welcome))
 
-    def _refuse(self, identity: bytes, code: str, reason: str, *, waiting: bool = False) -> None:
+    def _refuse(self, identity: bytes, code: str, reason: str, *, waiting: bool = False) -> bool:
+        """Send REFUSE; False if the peer cannot be reached any more."""
         if waiting:
             logger.debug("client waits in line: %s", reason)
         else:
             logger.warning("refused a client: %s", reason)
             self.refusals.append(reason)
             del self.refusals[:-10]
-        self._try_send(identity, protocol.message(Kind.REFUSE, {"code": code, "reason": reason, "waiting": waiting}))
+        answer = {"code": code, "reason": reason, "waiting": waiting}
+        return self._try_send(identity, protocol.message(Kind.REFUSE, answer))
 
     def _try_send(self, identity: bytes, frames: list[Any]) -> bool:
         """Send a control message to a peer that may be gone; False if it cannot be routed."""
@@ -854,16 +912,12 @@ class SlotServer:
         except zmq.ZMQError:
             return False
 
-    def _recv_rest_and_peer(self) -> tuple[list[bytes], str]:
-        """The remaining frames of the current message and the peer's network address ("" if unknown)."""
+    def _recv_rest_and_peer(self) -> tuple[list[bytes], _Peer]:
+        """The remaining frames of the current message, and who sent it."""
         if not self.has_more():
-            return [], ""
+            return [], _Peer()
         first = self.socket.recv(copy=False)
-        try:
-            peer = first.get("Peer-Address")
-        except (zmq.ZMQError, KeyError):
-            peer = ""
-        return [first.bytes, *self.recv_rest()], peer if isinstance(peer, str) else ""
+        return [first.bytes, *self.recv_rest()], _Peer(_property(first, "Peer-Address"), _property(first, "User-Id"))
 
     def _remote_error(self, client: ClientInfo, report: Any, what: str) -> RemoteEnvError:
         if not isinstance(report, dict):
@@ -916,6 +970,15 @@ def _spaces_per_env(hello: dict[str, Any], which: str, count: int, trusted: bool
     if any(type(position) is not int or not 0 <= position < len(decoded) for position in index):
         raise ProtocolError(f"{which}_space_index refers to a space that is not there")
     return [decoded[position] for position in index]
+
+
+def _property(frame: zmq.Frame, name: str) -> str:
+    """A message property libzmq attached to ``frame`` ("" if there is none)."""
+    try:
+        value = frame.get(name)
+    except (zmq.ZMQError, KeyError):
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 def _connectable(endpoint: str) -> str:

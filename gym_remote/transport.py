@@ -14,7 +14,7 @@ import zmq
 
 from gym_remote.errors import ProtocolError
 
-__all__ = ["send_frames", "recv_into", "recv_rest", "drain", "set_heartbeats", "ZERO_COPY_BYTES"]
+__all__ = ["send_frames", "recv_into", "recv_rest", "drain", "set_heartbeats", "ZERO_COPY_BYTES", "MAX_FRAMES"]
 
 SNDMORE = int(zmq.SNDMORE)
 RCVMORE = int(zmq.RCVMORE)
@@ -48,10 +48,21 @@ def recv_into(sock: zmq.Socket, targets: Sequence[np.ndarray], what: str) -> Non
             raise ProtocolError(f"{what}: an array frame of {received} bytes, expected {target.nbytes}")
 
 
+MAX_FRAMES = 65_536
+"""Most frames a message may have; a peer sending more gets an error (libzmq bounds only each frame's size)."""
+
+
 def recv_rest(sock: zmq.Socket) -> list[bytes]:
-    """The remaining frames of the current message."""
+    """The remaining frames of the current message.
+
+    Raises:
+        ProtocolError: the message has more than ``MAX_FRAMES`` frames (the rest is discarded).
+    """
     frames = []
     while sock.get(RCVMORE):
+        if len(frames) == MAX_FRAMES:
+            drain(sock)
+            raise ProtocolError(f"a message of more than {MAX_FRAMES} frames")
         frames.append(sock.recv())
     return frames
 

@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
 from typing import Any
 
@@ -21,6 +21,16 @@ from gym_remote import codec, protocol
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError, RemoteTimeoutError
 from gym_remote.launch import LocalClients
 from gym_remote.protocol import FLAG_VALUE, Kind
+from gym_remote.security import (
+    DEFAULT_HANDSHAKE_RATE,
+    AuthorizedKeys,
+    ClientSecurity,
+    KeyPair,
+    KeySource,
+    ServerSecurity,
+    is_local_endpoint,
+    server_security,
+)
 from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, ClientInfo, SlotServer
 
 __all__ = ["RemoteVectorEnv"]
@@ -68,8 +78,22 @@ class RemoteVectorEnv(VectorEnv):
             that sends more is cut off by ZeroMQ.
         allow_pickle: the trusted pickle mode, for values that cannot travel safely (e.g. custom
             objects in infos or ``get_attr`` results). ``None`` (default): only for the local clients this
-            env starts itself; ``True``: also for remote clients that ask for it; ``False``: never.
+            env starts itself; ``True``: also for remote clients that ask for it, which can then run any
+            code in this process; ``False``: never.
         name: the server's name in logs and in the clients' logs.
+        server_key: this server's ``NAME.key_secret`` file (``gym-remote keygen``): connections are
+            encrypted and authenticated with CURVE, and only clients whose public key is in
+            ``authorized_keys`` get in.
+        authorized_keys: a directory of client ``NAME.key`` files (read again when an unknown key
+            connects), a key file, or a list of key files and Z85 public keys.
+        secret: a shared secret instead of key files: server and clients derive CURVE keys from it
+            (the secret never travels). Clients need the same secret.
+        insecure: allow binding a non-loopback address without ``server_key`` or ``secret`` (anyone who
+            can reach the port can then serve slots and read the traffic).
+        max_connections: connections open at once beyond which new ones are refused (default
+            ``4 * num_envs + 64``); also the length of the waiting line.
+        handshake_rate: connection handshakes per second one network address may start (bursts of
+            twice as many); a flood beyond it is refused.
 
     Example:
         >>> import gymnasium as gym
@@ -103,6 +127,12 @@ class RemoteVectorEnv(VectorEnv):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         allow_pickle: bool | None = None,
         name: str = "gym_remote",
+        server_key: KeySource | None = None,
+        authorized_keys: KeySource | Iterable[KeySource] | None = None,
+        secret: str | bytes | None = None,
+        insecure: bool = False,
+        max_connections: int | None = None,
+        handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
     ) -> None:
         super().__init__()
         self._workdir: str | None = None
@@ -171,8 +201,10 @@ class RemoteVectorEnv(VectorEnv):
                 )
                 if bind is None:
                     bind = f"ipc://{self._workdir}/server" if os.name == "posix" else "tcp://127.0.0.1:*"
+            bind = bind or "tcp://127.0.0.1:*"
+            security, local_security = _security(bind, server_key, authorized_keys, secret, insecure, self._local)
             self._server = SlotServer(
-                bind or "tcp://127.0.0.1:*",
+                bind,
                 self.num_envs,
                 observation_mode=observation_mode,
                 autoreset_mode=self.autoreset_mode,
@@ -181,6 +213,9 @@ class RemoteVectorEnv(VectorEnv):
                 liveness_timeout=liveness_timeout,
                 max_message_bytes=max_message_bytes,
                 name=name,
+                security=security,
+                max_connections=max_connections,
+                handshake_rate=handshake_rate,
             )
             self._server.on_first_spaces = self._adopt_first_client
             self._server.on_join = self._on_join
@@ -188,16 +223,16 @@ class RemoteVectorEnv(VectorEnv):
             if observation_space is not None:
                 self._set_spaces(observation_space, action_space)
             if self._local is not None:
-                self._start_local_clients(allow_pickle)
+                self._start_local_clients(allow_pickle, local_security)
         except BaseException:
             self.close()
             raise
 
     # -- construction ------------------------------------------------------------------------------
 
-    def _start_local_clients(self, allow_pickle: bool | None) -> None:
+    def _start_local_clients(self, allow_pickle: bool | None, security: ClientSecurity | None) -> None:
         server, local = self._server, self._local
-        local.start(server.address, allow_pickle=allow_pickle is not False)
+        local.start(server.address, allow_pickle=allow_pickle is not False, security=security)
         server.watchdog = self._supervise
         server.wait_for_slots(self.connect_timeout, what="the local clients")
         first = server.slots[0]
@@ -339,7 +374,8 @@ class RemoteVectorEnv(VectorEnv):
         Keys: ``slot``; ``epoch`` (how many clients have served the slot); ``served``; for an empty
         slot ``empty_for`` (seconds); for a served one ``client`` (name), ``host``, ``pid``, ``address``
         (the client's network address as libzmq reports it: an IP address over tcp, ``localhost:uid:gid:pid``
-        over ipc), ``session``, ``local`` (started by this env),
+        over ipc), ``key`` (the name of the CURVE key it authenticated with, ``""`` without
+        authentication), ``session``, ``local`` (started by this env),
         ``steps`` (commands answered by the client), ``last_seen`` (seconds since its last message),
         ``latency`` (seconds from sending the last command to its reply), ``connected_for`` (seconds),
         ``rejoins`` (times the client reconnected after losing a server) and ``restarts`` (times this
@@ -353,6 +389,17 @@ class RemoteVectorEnv(VectorEnv):
                 index = client.launch_index
                 row["restarts"] = self._local.restarts[index] if index is not None and self._local else 0
         return rows
+
+    def server_stats(self) -> dict[str, Any]:
+        """The server's side: who may connect and who tried.
+
+        Keys: ``address``; ``security`` (``"none"`` or how CURVE is used); ``connections`` (open now);
+        ``handshakes_accepted``; ``handshakes_denied`` (counts by reason: ``"key not authorized"``,
+        ``"too many connections"``, ``"handshake rate exceeded"`` ...); ``clients`` (joined);
+        ``waiting`` (in line for a slot); ``recent_refusals`` (the last HELLO refusals' reasons).
+        """
+        self._check_open()
+        return self._server.connection_stats()
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:
@@ -765,6 +812,37 @@ def _call_label(client: ClientInfo, what: str, path: tuple[tuple[Any, str], ...]
     if field == "kwargs":
         return f"keyword argument {path[1][0]!r} of {what}{rest}"
     return f"the value for slot {client.slots[path[1][0]]} in {what}{rest}"
+
+
+def _security(
+    bind: str,
+    server_key: KeySource | None,
+    authorized_keys: KeySource | Iterable[KeySource] | None,
+    secret: str | bytes | None,
+    insecure: bool,
+    local: LocalClients | None,
+) -> tuple[ServerSecurity | None, ClientSecurity | None]:
+    """The server's security, and the keys of the local clients it launches.
+
+    Local clients prove themselves with a random token per process; they also get a key pair of their
+    own when the server uses CURVE, which it always does on a non-loopback address.
+    """
+    security = server_security(server_key, authorized_keys, secret)
+    if security is None and local is not None and not is_local_endpoint(bind):
+        security = ServerSecurity(KeyPair.generate(), AuthorizedKeys(), "local clients only")
+    if security is None and not is_local_endpoint(bind):
+        if not insecure:
+            raise ValueError(
+                f"bind={bind!r} is reachable from other machines, and the server has no authentication: anyone "
+                "who reaches it could serve slots and read the traffic. Give server_key and authorized_keys "
+                "(gym-remote keygen), or secret; or insecure=True on a network you trust"
+            )
+        logger.warning("listening on %s without authentication or encryption (insecure=True)", bind)
+    if security is None or local is None:
+        return security, None
+    local_keys = KeyPair.generate()
+    security.authorized.add(local_keys.public, "local")
+    return security, ClientSecurity(security.keys.public, local_keys)
 
 
 def _is_space_pair(mode: Any) -> bool:

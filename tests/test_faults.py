@@ -54,6 +54,7 @@ STATS_SERVED_KEYS = {
     "host",
     "pid",
     "address",
+    "key",
     "session",
     "local",
     "steps",
@@ -1096,6 +1097,7 @@ def test_stats_fields_and_values(reaper, tmp_path):
             assert row["served"] is True and row["epoch"] == 1
             assert row["host"] == socket.gethostname()
             assert row["address"] == "127.0.0.1", row
+            assert row["key"] == "", row  # no authentication: no key name
             assert re.fullmatch(r"[0-9a-f]{32}", row["session"]), row
             assert row["local"] is False and row["rejoins"] == 0 and row["restarts"] == 0
             assert row["steps"] == 1  # the reset

@@ -1,0 +1,534 @@
+"""Who may connect: CURVE key pairs, shared secrets, and the gatekeeper that enforces them.
+
+Security lives below the gym_remote protocol, in ZeroMQ's own handshake (ZMTP): with CURVE the
+connection is encrypted and the server checks the client's public key before a single gym_remote
+message gets through. The :class:`Gatekeeper` answers libzmq's authentication requests (ZAP) in a
+thread of its own, because libzmq holds every handshake until the answer comes, whatever the learner
+is doing. It also enforces the connection limits that protect a server from floods.
+
+Keys are Z85 text (40 characters), stored in ``zmq.auth``'s certificate files: ``NAME.key`` holds
+the public key, ``NAME.key_secret`` the public and the secret key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import os
+import stat
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Union
+
+import zmq
+import zmq.auth
+from zmq.utils import z85
+from zmq.utils.monitor import parse_monitor_message
+
+__all__ = [
+    "KeyPair",
+    "ServerSecurity",
+    "ClientSecurity",
+    "AuthorizedKeys",
+    "Gatekeeper",
+    "create_key_files",
+    "keys_from_secret",
+    "server_security",
+    "client_security",
+    "is_local_endpoint",
+    "read_secret_file",
+]
+
+logger = logging.getLogger(__name__)
+
+KeySource = Union[str, bytes, "os.PathLike[str]"]
+"""A key given as a certificate file's path or as Z85 text."""
+
+KEY_LENGTH = 40
+"""Length of a CURVE key in Z85 text."""
+
+SECRET_SALT = b"gym_remote/curve-keys-from-secret/v1"
+"""scrypt salt of the shared-secret mode (fixed, so both sides derive the same keys on their own)."""
+
+SCRYPT_COST = {"n": 2**14, "r": 8, "p": 1}
+"""scrypt parameters of the shared-secret mode: about 50 ms and 16 MiB per derivation, which makes
+guessing a weak secret from a recorded handshake slow (a strong random secret needs none of it)."""
+
+SHORT_SECRET = 16
+"""Secrets shorter than this many characters get a warning."""
+
+ZAP_DOMAIN = b"gym_remote"
+"""Setting a ZAP domain makes libzmq ask the gatekeeper about NULL (unencrypted) connections too."""
+
+DEFAULT_HANDSHAKE_RATE = 20.0
+"""Handshakes per second a single network address may start (with a burst of twice as many)."""
+
+HANDSHAKE_SECONDS = 10.0
+"""A connection that has not finished its ZeroMQ handshake within this time is closed."""
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A CURVE key pair in Z85 text (``secret`` is None for someone else's public key)."""
+
+    public: bytes
+    secret: bytes | None = None
+
+    @classmethod
+    def generate(cls) -> KeyPair:
+        public, secret = zmq.curve_keypair()
+        return cls(public, secret)
+
+    @classmethod
+    def from_secret(cls, secret: bytes) -> KeyPair:
+        return cls(zmq.curve_public(secret), secret)
+
+
+# -- key files and secrets -------------------------------------------------------------------------
+
+
+def create_key_files(name: str, directory: str | os.PathLike[str]) -> tuple[str, str]:
+    """Write a new key pair as ``DIRECTORY/NAME.key`` (public) and ``DIRECTORY/NAME.key_secret`` (owner-only).
+
+    Raises:
+        FileExistsError: one of the two files exists already (keys are never overwritten).
+        ValueError: ``name`` is not a plain file name.
+    """
+    if not name or os.path.basename(name) != name or name.startswith("."):
+        raise ValueError(f"key name {name!r} must be a plain file name, e.g. 'server' or 'worker-1'")
+    os.makedirs(directory, exist_ok=True)
+    public_path = os.path.join(directory, f"{name}.key")
+    secret_path = os.path.join(directory, f"{name}.key_secret")
+    for path in (public_path, secret_path):
+        if os.path.exists(path):
+            raise FileExistsError(f"{path} exists already; remove it first to make a new key pair named {name!r}")
+    # Create the secret file owner-only before zmq.auth writes into it, so it is never readable by others.
+    os.close(os.open(secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    written = zmq.auth.create_certificates(directory, name)
+    return tuple(os.fspath(path) for path in written)  # type: ignore[return-value]
+
+
+def read_secret_file(path: str | os.PathLike[str]) -> str:
+    """The shared secret stored in ``path`` (surrounding whitespace and the final newline removed)."""
+    with open(path, encoding="utf-8") as file:
+        secret = file.read().strip()
+    if not secret:
+        raise ValueError(f"the secret file {os.fspath(path)} is empty")
+    _warn_if_readable_by_others(path, "secret file")
+    return secret
+
+
+def keys_from_secret(secret: str | bytes) -> tuple[KeyPair, KeyPair]:
+    """The server's and the clients' CURVE key pairs derived from a shared secret (see docs/PROTOCOL.md).
+
+    The secret itself never travels: each side derives the key pairs on its own, and the CURVE handshake
+    proves that both hold them.
+    """
+    material = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+    if not material:
+        raise ValueError("the shared secret is empty")
+    if len(material) < SHORT_SECRET:
+        warnings.warn(
+            f"the shared secret has only {len(material)} characters; use a long random one, e.g. "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+            stacklevel=3,
+        )
+    derived = hashlib.scrypt(material, salt=SECRET_SALT, dklen=64, **SCRYPT_COST)
+    server, clients = (KeyPair.from_secret(z85.encode(part)) for part in (derived[:32], derived[32:]))
+    return server, clients
+
+
+def load_key(source: KeySource, *, secret: bool, what: str) -> KeyPair:
+    """A key pair (``secret=True``) or a public key from a certificate file or from Z85 text.
+
+    Raises:
+        ValueError: the source is neither a readable certificate file nor a 40-character Z85 key, or a
+            secret key was needed and the file holds only a public key.
+    """
+    if isinstance(source, (str, bytes)) and len(source) == KEY_LENGTH and not os.path.exists(source):
+        text = source.encode("ascii") if isinstance(source, str) else source
+        try:
+            z85.decode(text)
+        except (ValueError, KeyError, IndexError):
+            raise ValueError(f"{what}: {source!r} is neither a key file nor a Z85 key") from None
+        return KeyPair.from_secret(text) if secret else KeyPair(text)
+    path = os.fsdecode(source)
+    try:
+        public, secret_key = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{what}: cannot read the key file {path!r}: {error}") from None
+    if not secret:
+        return KeyPair(public)
+    if secret_key is None:
+        raise ValueError(f"{what}: {path!r} holds only a public key; give the NAME.key_secret file")
+    _warn_if_readable_by_others(path, what)
+    return KeyPair(public, secret_key)
+
+
+def _warn_if_readable_by_others(path: str | os.PathLike[str], what: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        logger.warning("%s %s can be read by other users (mode %o); chmod 600 it", what, os.fspath(path), mode & 0o777)
+
+
+class AuthorizedKeys:
+    """The client public keys a server accepts, each with a name (its certificate file's name).
+
+    Built from directories of ``*.key`` files, single key files and Z85 keys. A key that is not known
+    makes the directories be read again (at most once a second), so keys can be added while a server runs.
+    """
+
+    RESCAN_SECONDS = 1.0
+
+    def __init__(self, sources: Iterable[KeySource] = ()) -> None:
+        self._lock = threading.Lock()
+        self._fixed: dict[bytes, str] = {}
+        self._directories: list[str] = []
+        self._from_directories: dict[bytes, str] = {}
+        self._scanned_at = 0.0
+        for source in sources:
+            if not isinstance(source, bytes) and os.path.isdir(source):
+                self._directories.append(os.fsdecode(source))
+            else:
+                key = load_key(source, secret=False, what="authorized_keys")
+                name = os.path.splitext(os.path.basename(os.fsdecode(source)))[0] if _is_path(source) else "key"
+                self._fixed[key.public] = name
+        self._scan()
+
+    def add(self, public: bytes, name: str) -> None:
+        with self._lock:
+            self._fixed[public] = name
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._fixed) + len(self._from_directories)
+
+    def lookup(self, public: bytes) -> str | None:
+        """The name of an authorized public key (Z85), or None."""
+        with self._lock:
+            name = self._fixed.get(public) or self._from_directories.get(public)
+        if name is None and self._directories and time.monotonic() - self._scanned_at >= self.RESCAN_SECONDS:
+            self._scan()
+            with self._lock:
+                name = self._from_directories.get(public)
+        return name
+
+    def _scan(self) -> None:
+        found: dict[bytes, str] = {}
+        for directory in self._directories:
+            try:
+                names = sorted(os.listdir(directory))
+            except OSError as error:
+                logger.warning("cannot read the authorized keys directory %s: %s", directory, error)
+                continue
+            for file_name in names:
+                if not file_name.endswith(".key"):
+                    continue
+                try:
+                    public, _ = zmq.auth.load_certificate(os.path.join(directory, file_name))
+                except (OSError, ValueError) as error:
+                    logger.warning("skipping the key file %s: %s", file_name, error)
+                    continue
+                found[public] = file_name[: -len(".key")]
+        with self._lock:
+            self._from_directories = found
+            self._scanned_at = time.monotonic()
+
+
+def _is_path(source: KeySource) -> bool:
+    return not (isinstance(source, (str, bytes)) and len(source) == KEY_LENGTH and not os.path.exists(source))
+
+
+# -- resolved configurations -----------------------------------------------------------------------
+
+
+@dataclass
+class ServerSecurity:
+    """What a server enforces: its CURVE key pair and the client keys it accepts."""
+
+    keys: KeyPair
+    authorized: AuthorizedKeys
+    how: str  # for logs: "keys", "secret", "keys and secret" or "local clients only"
+
+    def apply(self, sock: zmq.Socket) -> None:
+        sock.curve_server = True
+        sock.curve_secretkey = self.keys.secret
+        sock.curve_publickey = self.keys.public
+
+
+@dataclass
+class ClientSecurity:
+    """What a client needs to pass a CURVE server: the server's public key and its own key pair."""
+
+    server_public: bytes
+    keys: KeyPair
+
+    def apply(self, sock: zmq.Socket) -> None:
+        sock.curve_serverkey = self.server_public
+        sock.curve_publickey = self.keys.public
+        sock.curve_secretkey = self.keys.secret
+
+    def to_payload(self) -> dict[str, str]:
+        """For a launched client's payload file (which only the user can read)."""
+        return {"server_key": self.server_public.decode(), "client_key": self.keys.secret.decode()}
+
+
+def server_security(
+    server_key: KeySource | None = None,
+    authorized_keys: KeySource | Iterable[KeySource] | None = None,
+    secret: str | bytes | None = None,
+) -> ServerSecurity | None:
+    """The server's security from the user's arguments; None for none (plain, unauthenticated)."""
+    if server_key is None and secret is None:
+        if authorized_keys is not None:
+            raise ValueError("authorized_keys needs server_key (the server's NAME.key_secret) as well")
+        return None
+    if server_key is not None and secret is not None:
+        raise ValueError("give server_key or secret, not both: a shared secret defines the server's key pair")
+    authorized = AuthorizedKeys(_sources(authorized_keys))
+    if secret is not None:
+        server_keys, client_keys = keys_from_secret(secret)
+        authorized.add(client_keys.public, "secret")
+        return ServerSecurity(server_keys, authorized, "keys and secret" if authorized_keys else "secret")
+    if authorized_keys is None:
+        raise ValueError(
+            "server_key needs authorized_keys: a directory of the clients' NAME.key files (or a list of keys) "
+            "saying who may join"
+        )
+    keys = load_key(server_key, secret=True, what="server_key")
+    if not len(authorized):
+        logger.warning("authorized_keys holds no key yet: no client can join until one is added")
+    return ServerSecurity(keys, authorized, "keys")
+
+
+def client_security(
+    server_key: KeySource | None = None,
+    client_key: KeySource | None = None,
+    secret: str | bytes | None = None,
+) -> ClientSecurity | None:
+    """The client's security from the user's arguments; None for none (plain, unauthenticated)."""
+    if secret is not None:
+        if server_key is not None or client_key is not None:
+            raise ValueError("give secret, or server_key and client_key, not both")
+        server_keys, client_keys = keys_from_secret(secret)
+        return ClientSecurity(server_keys.public, client_keys)
+    if server_key is None and client_key is None:
+        return None
+    if server_key is None or client_key is None:
+        raise ValueError(
+            "a CURVE client needs both server_key (the server's NAME.key) and client_key (its own NAME.key_secret)"
+        )
+    return ClientSecurity(
+        load_key(server_key, secret=False, what="server_key").public,
+        load_key(client_key, secret=True, what="client_key"),
+    )
+
+
+def _sources(authorized_keys: KeySource | Iterable[KeySource] | None) -> list[KeySource]:
+    if authorized_keys is None:
+        return []
+    if isinstance(authorized_keys, (str, bytes, os.PathLike)):
+        return [authorized_keys]
+    return list(authorized_keys)
+
+
+def is_local_endpoint(endpoint: str) -> bool:
+    """Whether only this machine can reach ``endpoint``: ``ipc://``, ``inproc://`` or a loopback tcp address."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme in ("ipc", "inproc"):
+        return True
+    if scheme != "tcp":
+        return False
+    host = rest.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # "*", an interface name or a host name
+        return False
+
+
+# -- the gatekeeper --------------------------------------------------------------------------------
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"
+_CONNECTION_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+
+
+class Gatekeeper:
+    """Answers a server socket's ZAP requests in a thread: CURVE keys, connection count, handshake rate.
+
+    Every socket of ``context`` with a ZAP domain or a security mechanism asks it, so a server that
+    uses one owns its context. Denials never reach the gym_remote protocol: libzmq closes the connection.
+
+    Args:
+        context: the server's own ZeroMQ context.
+        authorized: the client keys accepted (None: plain connections, which are only counted and rated).
+        max_connections: connections open at once beyond which new handshakes are refused.
+        handshake_rate: handshakes per second one network address may start (bursts of twice as many).
+    """
+
+    def __init__(
+        self,
+        context: zmq.Context,
+        authorized: AuthorizedKeys | None,
+        *,
+        max_connections: int,
+        handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
+    ) -> None:
+        self.authorized = authorized
+        self.max_connections = int(max_connections)
+        self.handshake_rate = float(handshake_rate)
+        self.handshake_burst = max(2.0 * self.handshake_rate, 1.0)
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._open: set[int] = set()
+        self._buckets: dict[str, list[float]] = {}  # address -> [tokens, last refill]
+        self._last_log: dict[str, float] = {}
+        self._stopping = threading.Event()
+        self._monitor_address = f"inproc://gym-remote-gatekeeper-{id(self):x}"
+        self._context = context
+        self._zap = context.socket(zmq.REP)
+        self._zap.setsockopt(zmq.LINGER, 0)
+        try:
+            self._zap.bind(ZAP_ENDPOINT)
+        except zmq.ZMQError:
+            self._zap.close()
+            raise
+        self._monitor: zmq.Socket | None = None
+        self._thread = threading.Thread(target=self._run, name="gym_remote-gatekeeper", daemon=True)
+
+    def watch(self, sock: zmq.Socket) -> None:
+        """Count ``sock``'s connections (call before it binds, from the thread that owns it)."""
+        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_SECONDS * 1000))
+        sock.monitor(self._monitor_address, _CONNECTION_EVENTS)
+        self._monitor = self._context.socket(zmq.PAIR)
+        self._monitor.setsockopt(zmq.LINGER, 0)
+        self._monitor.connect(self._monitor_address)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stats(self) -> dict[str, Any]:
+        """Connections open now, handshakes accepted, and handshakes denied by reason."""
+        with self._lock:
+            counts = dict(self._counts)
+            connections = len(self._open)
+        accepted = counts.pop("accepted", 0)
+        return {"connections": connections, "handshakes_accepted": accepted, "handshakes_denied": counts}
+
+    def close(self, sock: zmq.Socket | None = None) -> None:
+        """Stop the thread and close its sockets (``sock``: the watched socket, whose monitor ends first)."""
+        if sock is not None and not sock.closed:
+            try:
+                sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+        if not self._thread.is_alive():  # else it still owns the sockets; context.term() would hang on them
+            for owned in (self._zap, self._monitor):
+                if owned is not None:
+                    owned.close(linger=0)
+
+    # -- the thread --------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._zap, zmq.POLLIN)
+        if self._monitor is not None:
+            poller.register(self._monitor, zmq.POLLIN)
+        try:
+            while not self._stopping.is_set():
+                ready = dict(poller.poll(100))
+                if self._monitor in ready:  # connection events first: a handshake's own connection is counted
+                    self._read_connection_events()
+                if self._zap in ready:
+                    request = self._zap.recv_multipart()
+                    self._zap.send_multipart(self._answer(request))
+        except zmq.ZMQError as error:  # the context is being terminated
+            if not self._stopping.is_set():
+                logger.error("the gatekeeper stopped: %s", error)
+        finally:
+            for owned in (self._zap, self._monitor):
+                if owned is not None:
+                    owned.close(linger=0)
+
+    def _read_connection_events(self) -> None:
+        while True:
+            try:
+                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            with self._lock:
+                if event["event"] == zmq.EVENT_ACCEPTED:
+                    self._open.add(event["value"])
+                elif event["event"] == zmq.EVENT_DISCONNECTED:
+                    self._open.discard(event["value"])
+
+    def _answer(self, request: list[bytes]) -> list[bytes]:
+        """The ZAP reply to one request (RFC 27): version, request id, status, text, user id, metadata."""
+        if len(request) < 6:
+            return [b"1.0", b"", b"500", b"malformed ZAP request", b"", b""]
+        version, request_id, _domain, address, _identity, mechanism = request[:6]
+        credentials = request[6:]
+        peer = address.decode("utf-8", "replace")
+        status, text, user = self._decide(peer, mechanism, credentials)
+        with self._lock:
+            self._counts["accepted" if status == b"200" else text] += 1
+        if status != b"200":
+            self._log_denial(peer, text)
+        return [version, request_id, status, text.encode(), user.encode() if status == b"200" else b"", b""]
+
+    def _decide(self, peer: str, mechanism: bytes, credentials: list[bytes]) -> tuple[bytes, str, str]:
+        with self._lock:
+            connections = len(self._open)
+        if connections > self.max_connections:
+            return b"300", "too many connections", ""
+        if not self._take_token(peer):
+            return b"300", "handshake rate exceeded", ""
+        if mechanism == b"CURVE" and self.authorized is not None and credentials:
+            name = self.authorized.lookup(z85.encode(credentials[0]))
+            if name is None:
+                return b"400", "key not authorized", ""
+            return b"200", "OK", name
+        if mechanism == b"NULL" and self.authorized is None:
+            return b"200", "OK", ""
+        return b"400", f"mechanism {mechanism.decode('ascii', 'replace')} not accepted", ""
+
+    def _take_token(self, peer: str) -> bool:
+        """A token bucket per network address (ipc peers, which have none, share one)."""
+        now = time.monotonic()
+        bucket = self._buckets.get(peer)
+        if bucket is None:
+            if len(self._buckets) >= 10_000:  # forget idle addresses rather than grow without bound
+                cutoff = now - self.handshake_burst / max(self.handshake_rate, 1e-9)
+                self._buckets = {key: value for key, value in self._buckets.items() if value[1] > cutoff}
+            bucket = self._buckets[peer] = [self.handshake_burst, now]
+        bucket[0] = min(self.handshake_burst, bucket[0] + (now - bucket[1]) * self.handshake_rate)
+        bucket[1] = now
+        if bucket[0] < 1.0:
+            return False
+        bucket[0] -= 1.0
+        return True
+
+    def _log_denial(self, peer: str, reason: str) -> None:
+        """A warning per reason at most every 5 s, so that a flood cannot flood the log too."""
+        now = time.monotonic()
+        if now - self._last_log.get(reason, -1e9) < 5.0:
+            return
+        self._last_log[reason] = now
+        with self._lock:
+            total = self._counts[reason]
+        logger.warning(
+            "refused a connection from %s: %s (%d refused for this reason so far)", peer or "local", reason, total
+        )
