@@ -18,6 +18,9 @@ import numpy as np
 
 from gym_remote import RemoteVectorEnv
 
+BENCHMARK_SECRET = "benchmark-secret-not-for-real-use"
+"""Encrypts the CURVE case (its local clients get keys of their own; the secret only sets the server's)."""
+
 
 def steps_per_second(envs: gym.vector.VectorEnv, steps: int, warmup: int = 200) -> float:
     envs.reset(seed=0)
@@ -43,6 +46,9 @@ def main() -> None:
         "Remote, 1 client (ipc)": lambda: RemoteVectorEnv(env_fns, num_clients=1),
         "Remote, 2 clients (ipc)": lambda: RemoteVectorEnv(env_fns, num_clients=2),
         "Remote, 2 clients (tcp)": lambda: RemoteVectorEnv(env_fns, num_clients=2, bind="tcp://127.0.0.1:*"),
+        "Remote, 2 clients (tcp, CURVE)": lambda: RemoteVectorEnv(
+            env_fns, num_clients=2, bind="tcp://127.0.0.1:*", secret=BENCHMARK_SECRET
+        ),
         f"Remote, {args.num_envs} clients (ipc)": lambda: RemoteVectorEnv(env_fns, num_clients=args.num_envs),
     }
     results: dict[str, list[float]] = {name: [] for name in candidates}
@@ -56,9 +62,9 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in results.items()}
     baseline = medians["AsyncVectorEnv"]
     print(f"CartPole-v1, {args.num_envs} envs, median of {args.repeats} runs of {args.steps} steps")
-    print(f"{'vector env':28s} {'steps/s':>10s} {'x Async':>8s}")
+    print(f"{'vector env':32s} {'steps/s':>10s} {'x Async':>8s}")
     for name, median in medians.items():
-        print(f"{name:28s} {median:10,.0f} {median / baseline:8.2f}")
+        print(f"{name:32s} {median:10,.0f} {median / baseline:8.2f}")
 
 
 if __name__ == "__main__":

@@ -403,6 +403,9 @@ class Gatekeeper:
             self._zap.close()
             raise
         self._monitor: zmq.Socket | None = None
+        self._wake = context.socket(zmq.PAIR)  # close() wakes the thread through it
+        self._wake.setsockopt(zmq.LINGER, 0)
+        self._wake.bind(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
         self._thread = threading.Thread(target=self._run, name="gym_remote-gatekeeper", daemon=True)
 
     def watch(self, sock: zmq.Socket) -> None:
@@ -434,22 +437,30 @@ class Gatekeeper:
                 pass
         self._stopping.set()
         if self._thread.is_alive():
+            waker = self._context.socket(zmq.PAIR)
+            waker.connect(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
+            waker.send(b"", zmq.NOBLOCK)
+            waker.close(linger=100)
             self._thread.join(5.0)
         if not self._thread.is_alive():  # else it still owns the sockets; context.term() would hang on them
-            for owned in (self._zap, self._monitor):
-                if owned is not None:
-                    owned.close(linger=0)
+            self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for owned in (self._zap, self._monitor, self._wake):
+            if owned is not None:
+                owned.close(linger=0)
 
     # -- the thread --------------------------------------------------------------------------------
 
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._zap, zmq.POLLIN)
+        poller.register(self._wake, zmq.POLLIN)
         if self._monitor is not None:
             poller.register(self._monitor, zmq.POLLIN)
         try:
             while not self._stopping.is_set():
-                ready = dict(poller.poll(100))
+                ready = dict(poller.poll(1000))
                 if self._monitor in ready:  # connection events first: a handshake's own connection is counted
                     self._read_connection_events()
                 if self._zap in ready:
@@ -459,9 +470,7 @@ class Gatekeeper:
             if not self._stopping.is_set():
                 logger.error("the gatekeeper stopped: %s", error)
         finally:
-            for owned in (self._zap, self._monitor):
-                if owned is not None:
-                    owned.close(linger=0)
+            self._close_sockets()
 
     def _read_connection_events(self) -> None:
         while True:
