@@ -273,6 +273,7 @@ class EnvClient:
         self._trusted = False
         self._max_message_bytes: int | None = None
         self._cut_handshakes = 0  # security handshakes the server cut off in a row
+        self._denied_for_now = False  # the server's last answer to a handshake was "not now"
 
     def stop(self) -> None:
         """Ask :meth:`run` (in another thread) to leave the server (BYE) and return.
@@ -377,24 +378,30 @@ class EnvClient:
                 dropped = True
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._cut_handshakes = 0
+                self._denied_for_now = False
             elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 self._cut_handshakes += 1
-                if self._security is not None and self._cut_handshakes >= HANDSHAKE_FAILURES:
+                if self._cut_handshakes >= HANDSHAKE_FAILURES:
+                    hint = (
+                        "is server_key the server's public key (or the secret the server's)?"
+                        if self._security is not None
+                        else "does it require authentication (server_key and client_key, or secret)?"
+                    )
                     raise JoinRefusedError(
-                        f"client {self.name}: the server at {self.address} cut off the CURVE handshake "
-                        f"{self._cut_handshakes} times in a row: is server_key the server's public key "
-                        "(or the secret the server's)?",
+                        f"client {self.name}: the server at {self.address} cut off the ZeroMQ handshake "
+                        f"{self._cut_handshakes} times in a row: {hint}",
                         code="handshake",
                     )
             elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
                 raise JoinRefusedError(self._mismatch_message(value), code="handshake")
             elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                if int(value) != 300:  # ZAP status 300 is temporary (too many connections): try again later
+                if int(value) not in (300, 500):  # temporary (too many connections, too fast): try again later
                     raise JoinRefusedError(
                         f"client {self.name}: the server at {self.address} does not accept this client's key "
                         f"(ZAP status {int(value)}): is its public key among the server's authorized_keys?",
                         code="unauthorized",
                     )
+                self._denied_for_now = True
                 delay = random.uniform(0.5, 2.0)
                 logger.warning(
                     "client %s: the server at %s is refusing connections for now (too many, or too fast); "
@@ -423,21 +430,24 @@ class EnvClient:
 
     def _join(self, hosted: HostedEnvs, timeout: float | None) -> None:
         """Send HELLO and wait for WELCOME; while the server has no free slot, wait in line."""
-        self._send_hello(hosted)
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._send_hello(hosted, deadline)
         in_line = False
         while True:
             frames = self._recv_message()
             if frames is None and self._connection_dropped():
                 # The server went away before it welcomed us (or while we waited in line): the socket
                 # reconnects on its own, but the HELLO went to the old server. Start over.
-                logger.warning(
-                    "client %s: the connection dropped before a WELCOME (the server restarted, or the HELLO "
-                    "exceeds its message size limit); saying HELLO again",
-                    self.name,
-                )
+                if not self._denied_for_now:
+                    logger.warning(
+                        "client %s: the connection dropped before a WELCOME (the server restarted, or the HELLO "
+                        "exceeds its message size limit); saying HELLO again",
+                        self.name,
+                    )
+                if deadline is not None and time.monotonic() > deadline and not in_line:
+                    raise self._no_answer(timeout)
                 self._open_socket(linger=0)
-                self._send_hello(hosted)
+                self._send_hello(hosted, deadline)
                 continue
             if frames is None:
                 if self._stop.is_set():
@@ -450,10 +460,7 @@ class EnvClient:
                             f"client {self.name}: no slot of the server at {self.address} freed up within "
                             f"{self.slot_timeout:g} s"
                         )
-                    raise RemoteTimeoutError(
-                        f"client {self.name}: no answer from a server at {self.address} within "
-                        f"{timeout:g} s (is the address right, and is the server running?)"
-                    )
+                    raise self._no_answer(timeout)
                 continue
             try:
                 header = protocol.parse_header(frames[0])
@@ -493,10 +500,35 @@ class EnvClient:
         self._connection_dropped()  # forget events from before this session's WELCOME
         logger.info("client %s: serving slots %s of %s", self.name, format_slots(self.slots), welcome["server"])
 
-    def _send_hello(self, hosted: HostedEnvs) -> None:
-        hello = self._hello(hosted)
-        self._socket.send_multipart(protocol.message(Kind.HELLO, hello, count=hosted.count, what="HELLO"))
+    def _send_hello(self, hosted: HostedEnvs, deadline: float | None) -> None:
+        """Queue HELLO for the server; a socket whose connection was refused for good cannot queue it."""
+        frames = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")
+        while True:
+            try:
+                self._socket.send_multipart(frames, zmq.NOBLOCK)
+                break
+            except zmq.Again:
+                self._connection_dropped()  # raises if the server turned the handshake down
+                if self._stop.is_set():
+                    raise RemoteTimeoutError(
+                        f"client {self.name}: stopped before it joined the server at {self.address}"
+                    ) from None
+                if deadline is not None and time.monotonic() > deadline:
+                    raise self._no_answer(deadline) from None
+                time.sleep(0.05)
         logger.info("client %s: connecting to %s with %d envs", self.name, self.address, hosted.count)
+
+    def _no_answer(self, timeout: float | None) -> RemoteTimeoutError:
+        if self._denied_for_now:
+            return RemoteTimeoutError(
+                f"client {self.name}: the server at {self.address} kept refusing new connections (too many open "
+                "connections, or too many handshakes from this address) until the connect timeout"
+            )
+        return RemoteTimeoutError(
+            f"client {self.name}: no answer from a server at {self.address} within "
+            f"{self.connect_timeout if timeout is None else timeout:g} s (is the address right, and is the server "
+            "running?)"
+        )
 
     def _hello(self, hosted: HostedEnvs) -> dict[str, Any]:
         trusted = self.allow_pickle

@@ -150,11 +150,12 @@ def load_key(source: KeySource, *, secret: bool, what: str) -> KeyPair:
         ValueError: the source is neither a readable certificate file nor a 40-character Z85 key, or a
             secret key was needed and the file holds only a public key.
     """
-    if isinstance(source, (str, bytes)) and len(source) == KEY_LENGTH and not os.path.exists(source):
-        text = source.encode("ascii") if isinstance(source, str) else source
+    if _is_key_text(source):
         try:
-            z85.decode(text)
-        except (ValueError, KeyError, IndexError):
+            text = source.encode("ascii") if isinstance(source, str) else source
+            if len(z85.decode(text)) != 32:
+                raise ValueError("not 32 bytes")
+        except Exception:  # z85 decoding of arbitrary text can fail in several ways
             raise ValueError(f"{what}: {source!r} is neither a key file nor a Z85 key") from None
         return KeyPair.from_secret(text) if secret else KeyPair(text)
     path = os.fsdecode(source)
@@ -243,8 +244,17 @@ class AuthorizedKeys:
             self._scanned_at = time.monotonic()
 
 
+def _is_key_text(source: KeySource) -> bool:
+    """Whether ``source`` is a key written out rather than a file's path (the key files' suffixes decide
+    the rare 40-character path)."""
+    if not isinstance(source, (str, bytes)) or len(source) != KEY_LENGTH or os.path.exists(source):
+        return False
+    text = source.decode("ascii", "replace") if isinstance(source, bytes) else source
+    return not text.endswith((".key", ".key_secret"))
+
+
 def _is_path(source: KeySource) -> bool:
-    return not (isinstance(source, (str, bytes)) and len(source) == KEY_LENGTH and not os.path.exists(source))
+    return not _is_key_text(source)
 
 
 # -- resolved configurations -----------------------------------------------------------------------
@@ -439,7 +449,10 @@ class Gatekeeper:
         if self._thread.is_alive():
             waker = self._context.socket(zmq.PAIR)
             waker.connect(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
-            waker.send(b"", zmq.NOBLOCK)
+            try:
+                waker.send(b"", zmq.NOBLOCK)
+            except zmq.ZMQError:  # the thread saw the stop flag and closed its end already
+                pass
             waker.close(linger=100)
             self._thread.join(5.0)
         if not self._thread.is_alive():  # else it still owns the sockets; context.term() would hang on them
@@ -501,10 +514,12 @@ class Gatekeeper:
     def _decide(self, peer: str, mechanism: bytes, credentials: list[bytes]) -> tuple[bytes, str, str]:
         with self._lock:
             connections = len(self._open)
+        # Temporary refusals use status 500: for 300 libzmq sends the peer no ERROR and holds the
+        # connection open until the handshake times out, which keeps a flood's connections alive.
         if connections > self.max_connections:
-            return b"300", "too many connections", ""
+            return b"500", "too many connections", ""
         if not self._take_token(peer):
-            return b"300", "handshake rate exceeded", ""
+            return b"500", "handshake rate exceeded", ""
         if mechanism == b"CURVE" and self.authorized is not None and credentials:
             name = self.authorized.lookup(z85.encode(credentials[0]))
             if name is None:
@@ -515,7 +530,7 @@ class Gatekeeper:
         return b"400", f"mechanism {mechanism.decode('ascii', 'replace')} not accepted", ""
 
     def _take_token(self, peer: str) -> bool:
-        """A token bucket per network address (ipc peers, which have none, share one)."""
+        """A token bucket per peer address (libzmq names an ipc peer ``localhost:uid:gid:pid``: one per process)."""
         now = time.monotonic()
         bucket = self._buckets.get(peer)
         if bucket is None:
