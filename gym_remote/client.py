@@ -266,6 +266,7 @@ class EnvClient:
             )
         self.session = ""  # this run's current membership (its routing id); new after each reconnection
         self.previous_session = ""
+        self._welcomed_session = ""  # the last session the server welcomed
         self.slots: list[int] = []
         self.rejoins = 0
         self._launch = _launch
@@ -274,6 +275,7 @@ class EnvClient:
         self._max_message_bytes: int | None = None
         self._cut_handshakes = 0  # security handshakes the server cut off in a row
         self._denied_for_now = False  # the server's last answer to a handshake was "not now"
+        self._join_timeout: float | None = connect_timeout
 
     def stop(self) -> None:
         """Ask :meth:`run` (in another thread) to leave the server (BYE) and return.
@@ -326,10 +328,9 @@ class EnvClient:
 
     def _open_socket(self, linger: int = 1000) -> None:
         """A new DEALER (and its monitor) for a new session; the old one, if any, is closed."""
-        previous = self.session
-        if previous:
+        if self.session:
             self._close_socket(linger)
-        self.previous_session = previous
+        self.previous_session = self._welcomed_session  # a membership the server may still hold
         self.session = uuid.uuid4().hex
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 1000)
@@ -431,6 +432,7 @@ class EnvClient:
     def _join(self, hosted: HostedEnvs, timeout: float | None) -> None:
         """Send HELLO and wait for WELCOME; while the server has no free slot, wait in line."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._join_timeout = timeout
         self._send_hello(hosted, deadline)
         in_line = False
         while True:
@@ -445,7 +447,7 @@ class EnvClient:
                         self.name,
                     )
                 if deadline is not None and time.monotonic() > deadline and not in_line:
-                    raise self._no_answer(timeout)
+                    raise self._no_answer()
                 self._open_socket(linger=0)
                 self._send_hello(hosted, deadline)
                 continue
@@ -460,7 +462,7 @@ class EnvClient:
                             f"client {self.name}: no slot of the server at {self.address} freed up within "
                             f"{self.slot_timeout:g} s"
                         )
-                    raise self._no_answer(timeout)
+                    raise self._no_answer()
                 continue
             try:
                 header = protocol.parse_header(frames[0])
@@ -498,27 +500,31 @@ class EnvClient:
             reset_first=bool(welcome.get("reset_first", False)),
         )
         self._connection_dropped()  # forget events from before this session's WELCOME
+        self._welcomed_session = self.session
         logger.info("client %s: serving slots %s of %s", self.name, format_slots(self.slots), welcome["server"])
 
     def _send_hello(self, hosted: HostedEnvs, deadline: float | None) -> None:
         """Queue HELLO for the server; a socket whose connection was refused for good cannot queue it."""
-        frames = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")
         while True:
             try:
-                self._socket.send_multipart(frames, zmq.NOBLOCK)
+                hello = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")
+                self._socket.send_multipart(hello, zmq.NOBLOCK)
                 break
             except zmq.Again:
-                self._connection_dropped()  # raises if the server turned the handshake down
+                reopen = self._connection_dropped()  # turned down for now (a refusal for good raises)
                 if self._stop.is_set():
                     raise RemoteTimeoutError(
                         f"client {self.name}: stopped before it joined the server at {self.address}"
                     ) from None
                 if deadline is not None and time.monotonic() > deadline:
-                    raise self._no_answer(deadline) from None
-                time.sleep(0.05)
+                    raise self._no_answer() from None
+                if reopen:
+                    self._open_socket(linger=0)  # libzmq gave up on the old socket's connection
+                else:
+                    time.sleep(0.05)
         logger.info("client %s: connecting to %s with %d envs", self.name, self.address, hosted.count)
 
-    def _no_answer(self, timeout: float | None) -> RemoteTimeoutError:
+    def _no_answer(self) -> RemoteTimeoutError:
         if self._denied_for_now:
             return RemoteTimeoutError(
                 f"client {self.name}: the server at {self.address} kept refusing new connections (too many open "
@@ -526,8 +532,7 @@ class EnvClient:
             )
         return RemoteTimeoutError(
             f"client {self.name}: no answer from a server at {self.address} within "
-            f"{self.connect_timeout if timeout is None else timeout:g} s (is the address right, and is the server "
-            "running?)"
+            f"{self._join_timeout:g} s (is the address right, and is the server running?)"
         )
 
     def _hello(self, hosted: HostedEnvs) -> dict[str, Any]:

@@ -65,7 +65,7 @@ SHORT_SECRET = 16
 ZAP_DOMAIN = b"gym_remote"
 """Setting a ZAP domain makes libzmq ask the gatekeeper about NULL (unencrypted) connections too."""
 
-DEFAULT_HANDSHAKE_RATE = 20.0
+DEFAULT_HANDSHAKE_RATE = 100.0
 """Handshakes per second a single network address may start (with a burst of twice as many)."""
 
 HANDSHAKE_SECONDS = 10.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -70,3 +71,10 @@ def thread_clients():
     yield clients
     for client in clients:
         client.stop()
+
+
+@pytest.fixture
+def stack():
+    """An ExitStack: teardown in reverse order of registration (servers close before their clients stop)."""
+    with contextlib.ExitStack() as exit_stack:
+        yield exit_stack

@@ -6,14 +6,18 @@
 * processes by pid: :func:`pid_alive`, :func:`child_pids`, :func:`is_local_client`,
   :func:`kill_local_clients`, :class:`KillWhenMarked`;
 * waiting: :func:`wait_until`, :func:`step_until`; who serves what: :func:`rows_by_client`;
-  an address: :func:`free_tcp_address`.
+  an address: :func:`free_tcp_address`;
+* raw protocol messages for peers that are not EnvClients: :func:`raw_header`, :func:`hello_value`,
+  :func:`hello_frames`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -22,7 +26,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gym_remote import EnvClient, RemoteVectorEnv
+import gymnasium as gym
+
+from gym_remote import EnvClient, RemoteVectorEnv, codec, protocol
+from gym_remote.protocol import FLAG_VALUE, Kind
 
 GYM_REMOTE_SCRIPT = str(Path(sys.executable).with_name("gym-remote"))
 """The ``gym-remote`` console script of the interpreter running the tests."""
@@ -254,3 +261,75 @@ def rows_by_client(stats: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
         if row["served"]:
             grouped.setdefault(row["client"], []).append(row)
     return grouped
+
+
+# -- raw protocol messages (for peers that are not EnvClients) ---------------------------------------
+
+_HEADER = struct.Struct("<2sBBHHQ")
+_CARTPOLE = gym.make("CartPole-v1")
+_CARTPOLE_OBSERVATION_SPACE, _CARTPOLE_ACTION_SPACE = _CARTPOLE.observation_space, _CARTPOLE.action_space
+
+
+def raw_header(
+    kind: int, *, seq: int = 0, count: int = 0, flags: int = 0, version: int = 1, magic: bytes = b"GR"
+) -> bytes:
+    """A 16-byte header with any field values (unknown kinds and versions included)."""
+    return _HEADER.pack(magic, version, kind, flags, count, seq)
+
+
+def hello_value(session: str, num_envs: int = 2, **overrides: Any) -> dict[str, Any]:
+    """The HELLO an honest CartPole client hosting ``num_envs`` envs sends (see PROTOCOL.md §7)."""
+    value = {
+        "protocol": protocol.PROTOCOL_VERSION,
+        "name": "hostile",
+        "host": "test-host",
+        "pid": os.getpid(),
+        "session": session,
+        "previous_session": None,
+        "rejoins": 0,
+        "wait": False,
+        "num_envs": num_envs,
+        "observation_spaces": [codec.space_to_value(_CARTPOLE_OBSERVATION_SPACE)],
+        "observation_space_index": [0] * num_envs,
+        "action_spaces": [codec.space_to_value(_CARTPOLE_ACTION_SPACE)],
+        "action_space_index": [0] * num_envs,
+        "metadata": {"render_fps": 50},
+        "metadata_pickle": None,
+        "render_mode": None,
+        "allow_pickle": False,
+        "launch": None,
+    }
+    value.update(overrides)
+    return value
+
+
+def hello_frames(
+    session: str, num_envs: int = 2, *, version: int = 1, fields: dict[str, Any] | None = None, **overrides: Any
+) -> list[bytes]:
+    """A HELLO message: header ``version`` and ``count=num_envs``, value from :func:`hello_value` with
+    ``fields`` and ``overrides`` (where one of those is ``None``, the key is left out)."""
+    changes = {**(fields or {}), **overrides}
+    value = {**hello_value(session, num_envs), **changes}
+    value = {key: item for key, item in value.items() if not (key in changes and item is None)}
+    body, *buffers = protocol.value_frames(value)
+    return [raw_header(Kind.HELLO, count=num_envs, flags=FLAG_VALUE, version=version), body, *map(bytes, buffers)]
+
+
+def cartpole_server(stack: contextlib.ExitStack, num_envs: int, **kwargs: Any) -> RemoteVectorEnv:
+    """A RemoteVectorEnv in server form for CartPole clients on loopback tcp, closed by ``stack``.
+
+    Short waits (20 s for replies and clients, 2 s liveness) unless ``kwargs`` say otherwise.
+    """
+    options: dict[str, Any] = dict(
+        num_envs=num_envs,
+        bind="tcp://127.0.0.1:*",
+        observation_space=_CARTPOLE_OBSERVATION_SPACE,
+        action_space=_CARTPOLE_ACTION_SPACE,
+        timeout=20.0,
+        connect_timeout=20.0,
+        liveness_timeout=2.0,
+    )
+    options.update(kwargs)
+    envs = RemoteVectorEnv(**options)
+    stack.callback(envs.close)
+    return envs

@@ -51,7 +51,7 @@ from hypothesis import strategies as st
 from gym_remote import GymRemoteError, RemoteTimeoutError, RemoteVectorEnv, codec, protocol
 from gym_remote.protocol import FLAG_DTYPES, FLAG_VALUE, Kind, format_slots
 from tests.factories import make_cartpole
-from tests.helpers import ThreadClient
+from tests.helpers import ThreadClient, cartpole_server, hello_frames, hello_value, raw_header
 
 CARTPOLE = gym.make("CartPole-v1")
 OBS_SPACE, ACT_SPACE = CARTPOLE.observation_space, CARTPOLE.action_space
@@ -95,51 +95,6 @@ def bounded(seconds: float, what: str) -> Iterator[None]:
 
 
 # -- helpers: messages -------------------------------------------------------------------------------
-
-
-def raw_header(
-    kind: int, *, seq: int = 0, count: int = 0, flags: int = 0, version: int = 1, magic: bytes = b"GR"
-) -> bytes:
-    """A 16-byte header with any field values (unknown kinds and versions included)."""
-    return HEADER.pack(magic, version, kind, flags, count, seq)
-
-
-def hello_value(session: str, num_envs: int = 2, **overrides: Any) -> dict[str, Any]:
-    """The HELLO an honest CartPole client hosting ``num_envs`` envs sends (see PROTOCOL.md §7)."""
-    value = {
-        "protocol": protocol.PROTOCOL_VERSION,
-        "name": "hostile",
-        "host": "test-host",
-        "pid": os.getpid(),
-        "session": session,
-        "previous_session": None,
-        "rejoins": 0,
-        "wait": False,
-        "num_envs": num_envs,
-        "observation_spaces": [codec.space_to_value(OBS_SPACE)],
-        "observation_space_index": [0] * num_envs,
-        "action_spaces": [codec.space_to_value(ACT_SPACE)],
-        "action_space_index": [0] * num_envs,
-        "metadata": {"render_fps": 50},
-        "metadata_pickle": None,
-        "render_mode": None,
-        "allow_pickle": False,
-        "launch": None,
-    }
-    value.update(overrides)
-    return value
-
-
-def hello_frames(
-    session: str, num_envs: int = 2, *, version: int = 1, fields: dict[str, Any] | None = None, **overrides: Any
-) -> list[bytes]:
-    """A HELLO message: header ``version`` and ``count=num_envs``, value from :func:`hello_value` with
-    ``fields`` and ``overrides`` (where one of those is ``None``, the key is left out)."""
-    changes = {**(fields or {}), **overrides}
-    value = {**hello_value(session, num_envs), **changes}
-    value = {key: item for key, item in value.items() if not (key in changes and item is None)}
-    body, *buffers = protocol.value_frames(value)
-    return [raw_header(Kind.HELLO, count=num_envs, flags=FLAG_VALUE, version=version), body, *map(bytes, buffers)]
 
 
 def result_frames(
@@ -375,29 +330,6 @@ class FakeClient:
 # -- helpers: the server and its honest clients ------------------------------------------------------
 
 
-@pytest.fixture
-def stack():
-    """Teardown in reverse order of registration (servers close before their clients are stopped)."""
-    with contextlib.ExitStack() as stack:
-        yield stack
-
-
-def make_server(stack: contextlib.ExitStack, num_envs: int = 4, **kwargs: Any) -> RemoteVectorEnv:
-    options = dict(
-        num_envs=num_envs,
-        bind="tcp://127.0.0.1:*",
-        observation_space=OBS_SPACE,
-        action_space=ACT_SPACE,
-        timeout=TIMEOUT,
-        connect_timeout=CONNECT_TIMEOUT,
-        liveness_timeout=LIVENESS_TIMEOUT,
-    )
-    options.update(kwargs)
-    envs = RemoteVectorEnv(**options)
-    stack.callback(envs.close)
-    return envs
-
-
 def honest(stack: contextlib.ExitStack, address: str, num_envs: int, name: str) -> ThreadClient:
     client = ThreadClient(address, [make_cartpole] * num_envs, name=name, liveness_timeout=LIVENESS_TIMEOUT)
     stack.callback(client.stop)
@@ -489,7 +421,7 @@ def run_steps(envs: RemoteVectorEnv, twin: Twin, rng: np.random.Generator, count
 
 def served_by_honest_clients(stack: contextlib.ExitStack, seed: int = 0, **kwargs: Any):
     """A 4-slot server, two honest 2-env clients in all slots, reset with ``seed``; its twin; an rng."""
-    envs = make_server(stack, **kwargs)
+    envs = cartpole_server(stack, 4, **kwargs)
     clients = [honest(stack, envs.address, 2, f"honest-{index}") for index in range(2)]
     with bounded(CONNECT_TIMEOUT + 10, "reset"):
         result = envs.reset(seed=seed)
@@ -871,7 +803,7 @@ LATE_CHECKED_HELLOS = {
 @pytest.mark.parametrize("case", list(LATE_CHECKED_HELLOS))
 def test_malformed_hello_is_refused_when_slots_are_free(case, stack, caplog):
     caplog.set_level(logging.INFO, logger=LOG)
-    envs = make_server(stack)
+    envs = cartpole_server(stack, 4)
     first = honest(stack, envs.address, 2, "honest-0")
     hostile = fake(stack, envs.address)
     hostile.hello(2, **LATE_CHECKED_HELLOS[case])
@@ -987,7 +919,7 @@ def _member_setup(
 ):
     """An honest 2-env client and a hostile 2-env member (``bad_step``/``bad`` as in
     :meth:`FakeClient.serve_as_member`) in a 4-slot server (``timeout=6`` unless ``server`` says), reset."""
-    envs = make_server(stack, **{"timeout": 6.0, **(server or {})})
+    envs = cartpole_server(stack, 4, **{"timeout": 6.0, **(server or {})})
     honest_client = honest(stack, envs.address, 2, "honest")
     member = fake(stack, envs.address, **fake_kwargs)
     member.serve_as_member(bad_step, bad)
@@ -1076,7 +1008,7 @@ def test_member_pickle_in_a_reply_is_not_unpickled(stack, tmp_path, caplog):
 def test_member_asking_for_pickle_is_not_trusted_and_its_metadata_pickle_not_loaded(stack, tmp_path):
     check_trap_works(tmp_path)
     marker = tmp_path / "unpickled"
-    envs = make_server(stack)
+    envs = cartpole_server(stack, 4)
     honest(stack, envs.address, 2, "honest")
     member = fake(stack, envs.address)
     member.serve_as_member(allow_pickle=True, metadata_pickle=pickle_trap(marker))
@@ -1165,7 +1097,7 @@ def test_fuzz_member_replies_never_disturb_the_honest_slots(stack, caplog):
         member.serve_as_member(1, mutated_then_valid, every_step=True)
         return member
 
-    envs = make_server(stack, timeout=6.0)
+    envs = cartpole_server(stack, 4, timeout=6.0)
     honest_client = honest(stack, envs.address, 2, "honest")
     member = new_member()
     with bounded(CONNECT_TIMEOUT + 10, "reset"):
@@ -1304,7 +1236,7 @@ def test_client_whose_results_exceed_the_limit_gets_a_clear_error_and_no_hang(st
     forever, and the logs must say that the size limit is the problem."""
     caplog.set_level(logging.INFO, logger=LOG)
     space = BigObservationEnv.observation_space
-    envs = make_server(
+    envs = cartpole_server(
         stack,
         num_envs=3,
         observation_space=space,
