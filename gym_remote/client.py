@@ -386,7 +386,7 @@ class EnvClient:
                     hint = (
                         "is server_key the server's public key (or the secret the server's)?"
                         if self._security is not None
-                        else "does it require authentication (server_key and client_key, or secret)?"
+                        else "the server probably requires authentication (server_key and client_key, or secret)"
                     )
                     raise JoinRefusedError(
                         f"client {self.name}: the server at {self.address} cut off the ZeroMQ handshake "
