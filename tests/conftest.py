@@ -78,3 +78,16 @@ def stack():
     """An ExitStack: teardown in reverse order of registration (servers close before their clients stop)."""
     with contextlib.ExitStack() as exit_stack:
         yield exit_stack
+
+
+@pytest.fixture
+def run(reaper, tmp_path):
+    """``run(*args, via=..., name=...)`` starts ``gym-remote ARGS`` as a ``LoggedProcess`` (``.wait(timeout)``)."""
+    from tests.helpers import gym_remote
+
+    counter = iter(range(1000))
+
+    def start(*args: str, via: str = "module", name: str | None = None):
+        return gym_remote(reaper, tmp_path, name or f"run{next(counter)}", *args, via=via)
+
+    return start

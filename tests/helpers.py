@@ -177,6 +177,19 @@ def cli_client(
 # -- processes by pid ------------------------------------------------------------------------------
 
 
+def finished(run: Callable[..., LoggedProcess], *args: str, timeout: float = 60, via: str = "module") -> LoggedProcess:
+    """Run ``gym-remote ARGS`` through the ``run`` fixture and wait up to ``timeout`` seconds for it to end."""
+    process = run(*args, via=via)
+    process.wait(timeout)
+    return process
+
+
+def wait_for_listening(server: LoggedProcess) -> None:
+    """Until ``gym-remote serve`` says where it listens; it must still be running then."""
+    wait_until(lambda: "listening on" in server.stdout or server.process.poll() is not None, 30, "the server to listen")
+    assert server.process.poll() is None, server
+
+
 def _stat_fields(pid: int | str) -> list[str] | None:
     """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); None without such a process."""
     try:

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from gym_remote import RemoteVectorEnv, __version__
-from tests.helpers import GYM_REMOTE_SCRIPT, LoggedProcess, free_tcp_address, gym_remote, step_until, wait_until
+from tests.helpers import (
+    GYM_REMOTE_SCRIPT,
+    finished,
+    free_tcp_address,
+    step_until,
+    wait_for_listening,
+    wait_until,
+)
 
 SUBCOMMANDS = ("client", "demo", "serve")
 FLAGS = {
@@ -42,23 +49,6 @@ FLAGS = {
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def run(reaper, tmp_path):
-    """``run(*args, via=...)`` starts the command line with ``args``; waits with ``.wait(timeout)``."""
-    counter = iter(range(1000))
-
-    def start(*args: str, via: str = "module", name: str | None = None) -> LoggedProcess:
-        return gym_remote(reaper, tmp_path, name or f"run{next(counter)}", *args, via=via)
-
-    return start
-
-
-def finished(run_fixture, *args: str, timeout: float = 60, via: str = "module") -> LoggedProcess:
-    process = run_fixture(*args, via=via)
-    process.wait(timeout)
-    return process
 
 
 # -- help, version, usage errors -------------------------------------------------------------------
@@ -254,8 +244,7 @@ def test_serve_with_two_clients_started_afterwards(run):
         via="script",
         name="serve",
     )
-    wait_until(lambda: "listening on" in server.stdout or server.process.poll() is not None, 30, "the server to listen")
-    assert server.process.poll() is None, server
+    wait_for_listening(server)
     assert address in server.stdout
     clients = [
         run(

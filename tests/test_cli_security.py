@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -15,24 +16,10 @@ import zmq
 import zmq.auth
 
 from gym_remote.security import create_key_files
-from tests.helpers import LoggedProcess, cli_client, free_tcp_address, gym_remote, wait_until
+from tests import helpers
+from tests.helpers import LoggedProcess, cli_client, free_tcp_address, wait_for_listening, wait_until
 
-
-@pytest.fixture
-def run(reaper, tmp_path):
-    """``run(*args, via=..., name=...)`` starts ``gym-remote ARGS``; wait with ``.wait(timeout)``."""
-    counter = iter(range(1000))
-
-    def start(*args: str, via: str = "module", name: str | None = None) -> LoggedProcess:
-        return gym_remote(reaper, tmp_path, name or f"run{next(counter)}", *args, via=via)
-
-    return start
-
-
-def finished(run, *args: str, timeout: float = 30, via: str = "module") -> LoggedProcess:
-    process = run(*args, via=via)
-    process.wait(timeout)
-    return process
+finished = functools.partial(helpers.finished, timeout=30)  # these commands end quickly
 
 
 def assert_clean_failure(process: LoggedProcess, code: int, *fragments: str) -> None:
@@ -49,9 +36,10 @@ def keygen(run, name: str, directory: Path, via: str = "module") -> LoggedProces
     return result
 
 
-def wait_for_listening(server: LoggedProcess) -> None:
-    wait_until(lambda: "listening on" in server.stdout or server.process.poll() is not None, 30, "the server to listen")
-    assert server.process.poll() is None, server
+def start_serve(run, address: str, *security: str) -> LoggedProcess:
+    """``gym-remote serve`` of 200 steps on 2 slots at ``address``, with the ``security`` flags."""
+    common = ("--num-envs", "2", "--steps", "200", "--no-progress", "--connect-timeout", "60")
+    return run("serve", "--bind", address, *common, *security, name="serve")
 
 
 def wait_for_hello(client: LoggedProcess, address: str) -> None:
@@ -153,22 +141,8 @@ def test_serve_and_client_with_keys(run, reaper, tmp_path):
     )
     for client in (plain, stranger):
         wait_for_hello(client, address)
-    server = run(
-        "serve",
-        "--bind",
-        address,
-        "--num-envs",
-        "2",
-        "--steps",
-        "200",
-        "--no-progress",
-        "--connect-timeout",
-        "60",
-        "--server-key",
-        str(keys / "server.key_secret"),
-        "--authorized-keys",
-        str(clients),
-        name="serve",
+    server = start_serve(
+        run, address, "--server-key", str(keys / "server.key_secret"), "--authorized-keys", str(clients)
     )
     wait_for_listening(server)
     assert "--server-key SERVER.key --client-key CLIENT.key_secret" in server.stdout, server
@@ -203,21 +177,7 @@ def test_serve_and_client_with_a_secret_file(run, reaper, tmp_path):
     wrong_file.write_text(secrets.token_urlsafe(32) + "\n")
     wrong_file.chmod(0o644)  # also: readable by others, which is warned about
     address = free_tcp_address()
-    server = run(
-        "serve",
-        "--bind",
-        address,
-        "--num-envs",
-        "2",
-        "--steps",
-        "200",
-        "--no-progress",
-        "--connect-timeout",
-        "60",
-        "--secret-file",
-        str(secret_file),
-        name="serve",
-    )
+    server = start_serve(run, address, "--secret-file", str(secret_file))
     wait_for_listening(server)
     assert f"--secret-file {secret_file}" in server.stdout, server
     client_args = ("--env", "CartPole-v1", "--num-envs", "2", "--connect-timeout", "20")
