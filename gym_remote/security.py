@@ -200,7 +200,7 @@ class AuthorizedKeys:
                 self._directories.append(os.fsdecode(source))
             else:
                 key = load_key(source, secret=False, what="authorized_keys")
-                name = os.path.splitext(os.path.basename(os.fsdecode(source)))[0] if _is_path(source) else "key"
+                name = "key" if _is_key_text(source) else os.path.splitext(os.path.basename(os.fsdecode(source)))[0]
                 self._fixed[key.public] = name
         self._scan()
 
@@ -251,10 +251,6 @@ def _is_key_text(source: KeySource) -> bool:
         return False
     text = source.decode("ascii", "replace") if isinstance(source, bytes) else source
     return not text.endswith((".key", ".key_secret"))
-
-
-def _is_path(source: KeySource) -> bool:
-    return not _is_key_text(source)
 
 
 # -- resolved configurations -----------------------------------------------------------------------
