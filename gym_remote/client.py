@@ -92,33 +92,43 @@ class HostedEnvs:
         )
         self.env_obs: list[Any] = [None] * count
         self.action_space = action_space
-        self.action_batch_space = batch_space(action_space, count)
+        self.action_batch_spaces = {count: batch_space(action_space, count)}  # by number of envs stepped
         self.action_leaves = codec.array_leaf_spaces(action_space)
         self.result = protocol.ResultFrame(count)
         self.autoreset = np.full(count, reset_first, dtype=np.bool_)
         self.failed_index: int | None = None
 
-    def new_actions(self, dtypes: Sequence[np.dtype] | None = None) -> list[np.ndarray]:
-        """Fresh arrays to receive a STEP's action leaves into (in the space's dtypes unless given).
+    def new_actions(self, count: int, dtypes: Sequence[np.dtype] | None = None) -> list[np.ndarray]:
+        """Fresh arrays to receive the action leaves of a STEP for ``count`` envs (in the space's dtypes
+        unless given).
 
         Fresh, not reused: an env may keep the action it was given, as it may with ``SyncVectorEnv``.
         """
         if dtypes is None:
             dtypes = [leaf.dtype for leaf in self.action_leaves]
-        return [np.empty((self.count, *leaf.shape), dtype=dtype) for leaf, dtype in zip(self.action_leaves, dtypes)]
+        return [np.empty((count, *leaf.shape), dtype=dtype) for leaf, dtype in zip(self.action_leaves, dtypes)]
 
-    def step(self, actions: Any) -> tuple[list[dict], list[tuple[Any, dict] | None] | None]:
-        """Step every env with its action; return (infos, finals).
+    def action_batch_space(self, count: int) -> gym.Space:
+        """The batched action space of a STEP for ``count`` envs."""
+        if count not in self.action_batch_spaces:
+            self.action_batch_spaces[count] = batch_space(self.action_space, count)
+        return self.action_batch_spaces[count]
 
-        ``finals`` is None unless an env's episode ended in SAME_STEP mode; then it holds, per env, None
-        or the (final_obs, final_info) of the ended episode.
+    def step(
+        self, actions: Sequence[Any], indexes: Sequence[int] | None = None
+    ) -> tuple[list[dict], list[tuple[Any, dict] | None] | None]:
+        """Step the envs ``indexes`` (all if None) with their actions, in order; return (infos, finals).
+
+        ``finals`` is None unless an env's episode ended in SAME_STEP mode; then it holds, per env
+        stepped, None or the (final_obs, final_info) of the ended episode.
         """
         result = self.result
         rewards, terminated, truncated = result.rewards, result.terminated, result.truncated
         infos: list[dict] = []
         finals: list[tuple[Any, dict] | None] | None = None
         mode = self.autoreset_mode
-        for index, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
+        for position, (index, action) in enumerate(zip(indexes or range(self.count), actions, strict=True)):
+            env = self.envs[index]
             self.failed_index = index
             if mode is AutoresetMode.NEXT_STEP and self.autoreset[index]:
                 obs, info = env.reset()
@@ -129,25 +139,23 @@ class HostedEnvs:
                 obs, rewards[index], terminated[index], truncated[index], info = env.step(action)
                 if mode is AutoresetMode.SAME_STEP and (terminated[index] or truncated[index]):
                     if finals is None:
-                        finals = [None] * self.count
-                    finals[index] = (obs, info)
+                        finals = [None] * len(actions)
+                    finals[position] = (obs, info)
                     obs, info = env.reset()
             self.env_obs[index] = obs
             infos.append(info)
+            self.autoreset[index] = terminated[index] or truncated[index]
         self.failed_index = None
-        np.logical_or(terminated, truncated, out=self.autoreset)
         self._gather_observations()
         return infos, finals
 
-    def reset(self, seeds: Sequence[int | None], options: dict | None, mask: Sequence[bool] | None) -> list[dict]:
-        """Reset the envs selected by ``mask`` (all if None); return their infos ({} for the others)."""
+    def reset(self, seeds: Sequence[int | None], options: dict | None, indexes: Sequence[int] | None) -> list[dict]:
+        """Reset the envs ``indexes`` (all if None) with their seeds, in order; return their infos."""
         infos: list[dict] = []
-        for index, env in enumerate(self.envs):
-            if mask is not None and not mask[index]:
-                infos.append({})
-                continue
+        for index, seed in zip(indexes or range(self.count), seeds, strict=True):
+            env = self.envs[index]
             self.failed_index = index
-            self.env_obs[index], info = env.reset(seed=seeds[index], options=options)
+            self.env_obs[index], info = env.reset(seed=seed, options=options)
             self.autoreset[index] = False
             self.result.rewards[index] = 0.0
             self.result.terminated[index] = False
@@ -597,12 +605,17 @@ class EnvClient:
             )
         kind = header.kind
         if kind == Kind.STEP:
-            actions = self._read_actions(hosted, header, frame)
-            self._send_result(hosted, header.seq, *hosted.step(actions))
+            indexes = self._read_indexes(hosted, header)
+            actions = self._read_actions(hosted, header, frame, indexes)
+            self._send_result(hosted, header.seq, *hosted.step(actions, indexes), indexes)
         elif kind == Kind.RESET:
+            indexes = self._read_indexes(hosted, header)
             command = self._read_value(header)
-            infos = hosted.reset(command["seeds"], command["options"], command["mask"])
-            self._send_result(hosted, header.seq, infos, None)
+            seeds = command["seeds"]
+            if not isinstance(seeds, list) or len(seeds) != header.count:
+                raise ProtocolError(f"RESET must carry a list of {header.count} seeds")
+            infos = hosted.reset(seeds, command["options"], indexes)
+            self._send_result(hosted, header.seq, infos, None, indexes)
         elif kind == Kind.CALL:
             command = self._read_value(header)
             results = hosted.call(command["name"], command["args"], command["kwargs"])
@@ -629,27 +642,40 @@ class EnvClient:
             raise ProtocolError(f"unexpected {kind_name(kind)} message from the server")
         return None
 
-    def _read_actions(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> Any:
-        """The actions of a STEP, one per env, as ``iterate`` gives them (see PROTOCOL.md, STEP)."""
+    def _read_indexes(self, hosted: HostedEnvs, header: protocol.Header) -> list[int] | None:
+        """The envs a RESET or STEP is for: those its index frame lists, or None for all."""
+        if not header.flags & protocol.FLAG_SUBSET:
+            if header.count != hosted.count:
+                raise ProtocolError(
+                    f"{kind_name(header.kind)} for {header.count} envs, this client hosts {hosted.count}"
+                )
+            return None
+        if not self._socket.get(transport.RCVMORE):
+            raise ProtocolError(f"{kind_name(header.kind)} with FLAG_SUBSET lacks its index frame")
+        return protocol.parse_index_frame(self._socket.recv(), header.count, hosted.count)
+
+    def _read_actions(
+        self, hosted: HostedEnvs, header: protocol.Header, frame: bytes, indexes: list[int] | None
+    ) -> Any:
+        """The actions of a STEP, one per env stepped, as ``iterate`` gives them (see PROTOCOL.md, STEP)."""
         sock = self._socket
-        if header.count != hosted.count:
-            raise ProtocolError(f"STEP for {header.count} envs, this client hosts {hosted.count}")
+        count = header.count
         if header.flags & FLAG_VALUE:
             actions = self._read_value(header)["actions"]
-            if not isinstance(actions, list) or len(actions) != hosted.count:
-                raise ProtocolError(f"STEP must carry a list of {hosted.count} actions")
+            if not isinstance(actions, list) or len(actions) != count:
+                raise ProtocolError(f"STEP must carry a list of {count} actions")
             return actions
         if hosted.action_leaves is None:
             raise ProtocolError("STEP without actions: this action space needs them in a value section")
         dtypes = None
         if header.flags & protocol.FLAG_DTYPES:
             dtypes = protocol.parse_step_dtypes(frame, len(hosted.action_leaves))
-        targets = hosted.new_actions(dtypes)
+        targets = hosted.new_actions(count, dtypes)
         batch = codec.leaves_to_batch(hosted.action_space, targets)
         transport.recv_into(sock, targets, "STEP")
         if sock.get(transport.RCVMORE):
             raise ProtocolError("STEP message has more frames than the action space needs")
-        return iterate(hosted.action_batch_space, batch)
+        return list(iterate(hosted.action_batch_space(count), batch))
 
     def _read_value(self, header: protocol.Header) -> Any:
         frames = transport.recv_rest(self._socket)
@@ -658,21 +684,36 @@ class EnvClient:
         return protocol.read_value(frames, allow_pickle=self._trusted)
 
     def _send_result(
-        self, hosted: HostedEnvs, seq: int, infos: list[dict], finals: list[tuple[Any, dict] | None] | None
+        self,
+        hosted: HostedEnvs,
+        seq: int,
+        infos: list[dict],
+        finals: list[tuple[Any, dict] | None] | None,
+        indexes: list[int] | None = None,
     ) -> None:
+        """Send the RESULT of the envs ``indexes`` (all if None), in that order."""
         extra: dict[str, Any] = {}
         if hosted.observations is None:
-            extra["obs"] = hosted.env_obs
+            extra["obs"] = hosted.env_obs if indexes is None else [hosted.env_obs[index] for index in indexes]
         if any(infos):
             extra["infos"] = infos
         if finals is not None:
             extra["final"] = finals
-        frames: list[Any] = [hosted.result.pack(seq, FLAG_VALUE if extra else 0), *hosted.observation_frames]
+        flags = FLAG_VALUE if extra else 0
+        if indexes is None:
+            frames: list[Any] = [hosted.result.pack(seq, flags), *hosted.observation_frames]
+        else:
+            rows = np.asarray(indexes, dtype=np.intp)
+            frames = [hosted.result.pack_subset(seq, flags, rows), *[leaf[rows] for leaf in hosted.observation_frames]]
         if extra:
+            envs = indexes or range(hosted.count)
+            slots = [self.slots[index] for index in envs]
             try:
-                frames += protocol.value_frames(extra, allow_pickle=self._trusted, label=self._result_label)
+                frames += protocol.value_frames(
+                    extra, allow_pickle=self._trusted, label=lambda path: _result_label(slots, path)
+                )
             except EncodeError as error:
-                hosted.failed_index = error.path[1][0]  # the env whose value cannot travel
+                hosted.failed_index = envs[error.path[1][0]]  # the env whose value cannot travel
                 raise
         self._check_sizes(frames)
         transport.send_frames(self._socket, frames)
@@ -686,14 +727,6 @@ class EnvClient:
                 f"a frame of {largest} bytes exceeds the server's message size limit of {limit} bytes "
                 "(RemoteVectorEnv(max_message_bytes=...)); host fewer envs per client or raise the limit"
             )
-
-    def _result_label(self, path: tuple[tuple[Any, str], ...]) -> str:
-        field, index = path[0][0], path[1][0]
-        if field == "final":
-            part = "observation" if path[2][0] == 0 else "info"
-            return f"the final {part} of slot {self.slots[index]}{protocol.path_text(path[3:])}"
-        part = {"infos": "info", "obs": "observation"}.get(field, field)
-        return f"the {part} of slot {self.slots[index]}{protocol.path_text(path[2:])}"
 
     def _send_call_result(self, seq: int, results: list[Any] | None) -> None:
         message = protocol.message(
@@ -727,6 +760,16 @@ class EnvClient:
     def _parent_alive(self) -> bool:
         parent = (self._launch or {}).get("parent_pid")
         return parent is None or os.getppid() == parent
+
+
+def _result_label(slots: list[int], path: tuple[tuple[Any, str], ...]) -> str:
+    """Where in a RESULT for ``slots`` (in message order) a value that cannot travel sits."""
+    field, position = path[0][0], path[1][0]
+    if field == "final":
+        part = "observation" if path[2][0] == 0 else "info"
+        return f"the final {part} of slot {slots[position]}{protocol.path_text(path[3:])}"
+    part = {"infos": "info", "obs": "observation"}.get(field, field)
+    return f"the {part} of slot {slots[position]}{protocol.path_text(path[2:])}"
 
 
 def _distinct(items: list[gym.Space]) -> tuple[list[gym.Space], list[int]]:

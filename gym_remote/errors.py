@@ -7,6 +7,8 @@ naturally catch (``TypeError`` for values that cannot travel, ``TimeoutError`` f
 
 from __future__ import annotations
 
+import multiprocessing
+
 __all__ = [
     "GymRemoteError",
     "EncodeError",
@@ -81,5 +83,9 @@ class ClientLostError(GymRemoteError, ConnectionError):
     """A client that served slots went away (its process exited or it left) while it was needed."""
 
 
-class RemoteTimeoutError(GymRemoteError, TimeoutError):
-    """A wait on remote peers ran out of time; the message says what was waited for."""
+class RemoteTimeoutError(GymRemoteError, TimeoutError, multiprocessing.TimeoutError):
+    """A wait on remote peers ran out of time; the message says what was waited for.
+
+    Also a ``multiprocessing.TimeoutError``, which ``AsyncVectorEnv.step_wait`` raises, so code written
+    for it catches this too.
+    """

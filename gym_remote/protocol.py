@@ -5,7 +5,8 @@ implements. Every message is a ZeroMQ multipart message whose first frame is a 1
 
     magic "GR" | version u8 | kind u8 | flags u16 | count u16 | seq u64      (little-endian)
 
-followed by kind-specific bytes in the same frame (only RESULT has any), then the message's array
+followed by kind-specific bytes in the same frame (only RESULT and STEP have any), then, when
+``flags & FLAG_SUBSET``, an index frame naming the envs a command is for, then the message's array
 frames, then, when ``flags & FLAG_VALUE``, a value section: one JSON body frame and the buffer frames
 it refers to (see :mod:`gym_remote.codec`).
 """
@@ -29,6 +30,9 @@ __all__ = [
     "Kind",
     "FLAG_VALUE",
     "FLAG_DTYPES",
+    "FLAG_SUBSET",
+    "index_frame",
+    "parse_index_frame",
     "pack_step_header",
     "parse_step_dtypes",
     "Header",
@@ -44,7 +48,7 @@ __all__ = [
     "format_slots",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAGIC = b"GR"
 HEADER = struct.Struct("<2sBBHHQ")
 HEADER_SIZE = HEADER.size  # 16
@@ -55,7 +59,11 @@ FLAG_VALUE = 0x1
 FLAG_DTYPES = 0x2
 """STEP only: the action frames have the dtypes listed after the header, not the action space's."""
 
+FLAG_SUBSET = 0x4
+"""RESET or STEP for some of the client's envs: frame 1 lists their indexes; the RESULT covers only those."""
+
 MAX_ENVS_PER_CLIENT = 0xFFFF
+INDEX = np.dtype("<u2")
 
 
 class Kind(enum.IntEnum):
@@ -131,17 +139,49 @@ class ResultFrame:
         HEADER.pack_into(self.buffer, 0, MAGIC, PROTOCOL_VERSION, Kind.RESULT, flags, self.count, seq)
         return self.buffer
 
+    def pack_subset(self, seq: int, flags: int, indexes: Sequence[int]) -> bytes:
+        """A new frame for the envs ``indexes`` only (the answer to a command with :data:`FLAG_SUBSET`)."""
+        return b"".join(
+            [
+                pack_header(Kind.RESULT, seq, len(indexes), flags),
+                self.rewards[indexes].tobytes(),
+                self.terminated[indexes].tobytes(),
+                self.truncated[indexes].tobytes(),
+            ]
+        )
 
-def pack_step_header(seq: int, count: int, dtypes: Sequence[np.dtype] | None = None) -> bytes:
+
+def pack_step_header(seq: int, count: int, dtypes: Sequence[np.dtype] | None = None, *, subset: bool = False) -> bytes:
     """The header frame of a STEP whose actions travel as array frames.
 
     ``dtypes`` (one per action leaf) is given when the actions do not have the action space's
-    dtypes; the frame then ends with their JSON list and carries :data:`FLAG_DTYPES`.
+    dtypes; the frame then ends with their JSON list and carries :data:`FLAG_DTYPES`. ``subset``:
+    an index frame follows (:data:`FLAG_SUBSET`).
     """
+    flags = FLAG_SUBSET if subset else 0
     if dtypes is None:
-        return pack_header(Kind.STEP, seq, count)
+        return pack_header(Kind.STEP, seq, count, flags)
     listing = json.dumps([dtype.str for dtype in dtypes]).encode("ascii")
-    return pack_header(Kind.STEP, seq, count, FLAG_DTYPES) + listing
+    return pack_header(Kind.STEP, seq, count, flags | FLAG_DTYPES) + listing
+
+
+def index_frame(indexes: Sequence[int]) -> bytes:
+    """The index frame of a command for some of a client's envs: their indexes as little-endian uint16."""
+    return np.asarray(indexes, dtype=INDEX).tobytes()
+
+
+def parse_index_frame(frame: bytes, count: int, hosted: int) -> list[int]:
+    """The env indexes an index frame lists: ``count`` distinct indexes below ``hosted``.
+
+    Raises:
+        ProtocolError: the frame does not hold ``count`` distinct indexes of the client's envs.
+    """
+    if len(frame) != INDEX.itemsize * count:
+        raise ProtocolError(f"malformed index frame: {len(frame)} bytes, expected {INDEX.itemsize * count}")
+    indexes = np.frombuffer(frame, dtype=INDEX).tolist()
+    if len(set(indexes)) != count or any(index >= hosted for index in indexes):
+        raise ProtocolError(f"malformed index frame: {count} distinct indexes below {hosted} expected, got {indexes}")
+    return indexes
 
 
 def parse_step_dtypes(frame: bytes, leaves: int) -> list[np.dtype]:
@@ -227,12 +267,16 @@ def message(
     allow_pickle: bool = False,
     what: str = "value",
     label: Label | None = None,
+    indexes: Sequence[int] | None = None,
 ) -> list[Any]:
-    """A whole control message: header and, unless ``value`` is None, a value section."""
+    """A whole control message: header, the index frame if ``indexes`` is given, and a value section
+    unless ``value`` is None."""
+    subset = [] if indexes is None else [index_frame(indexes)]
+    flags = 0 if indexes is None else FLAG_SUBSET
     if value is None:
-        return [pack_header(kind, seq, count)]
+        return [pack_header(kind, seq, count, flags), *subset]
     frames = value_frames(value, allow_pickle=allow_pickle, what=what, label=label)
-    return [pack_header(kind, seq, count, FLAG_VALUE), *frames]
+    return [pack_header(kind, seq, count, flags | FLAG_VALUE), *subset, *frames]
 
 
 def kind_name(kind: int) -> str:

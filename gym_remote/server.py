@@ -34,7 +34,7 @@ from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError
 from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
 from gym_remote.security import DEFAULT_HANDSHAKE_RATE, Gatekeeper, ServerSecurity
 
-__all__ = ["SlotServer", "ClientInfo", "LaunchSlot"]
+__all__ = ["SlotServer", "ClientInfo", "Exchange", "LaunchSlot"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +119,20 @@ class _Waiter:
     peer: _Peer
 
 
+@dataclass(eq=False)
+class Exchange:
+    """One command sent to some clients (all with the same ``seq``), and the replies it still awaits."""
+
+    seq: int
+    reply_kind: Kind
+    on_reply: Callable[[ClientInfo, protocol.Header, bytes], None]
+    what: str
+    pending: dict[bytes, ClientInfo] = field(default_factory=dict)
+    sent_at: dict[bytes, float] = field(default_factory=dict)
+    lost: list[ClientInfo] = field(default_factory=list)
+    errors: list[tuple[ClientInfo, RemoteEnvError]] = field(default_factory=list)
+
+
 class SlotServer:
     """A bound ROUTER socket that maps joining clients onto ``num_envs`` slots.
 
@@ -187,7 +201,7 @@ class SlotServer:
         self.watchdog: Callable[[], None] | None = None
         self.reset_first = False  # told in WELCOME: new envs start as if their episode had ended
         self._seq = 0
-        self._losses = 0
+        self._awaited: dict[bytes, dict[int, Exchange]] = {}  # identity -> seq -> the exchange awaiting its reply
         self._admitting = False
         self._last_checks = 0.0
 
@@ -322,7 +336,9 @@ class SlotServer:
             if self.slots[slot] is client:
                 self.slots[slot] = None
                 self.empty_since[slot] = now
-        self._losses += 1
+        for exchange in self._awaited.pop(client.identity, {}).values():
+            if exchange.pending.pop(client.identity, None) is not None:
+                exchange.lost.append(client)
         logger.info("%s is lost: %s; %d of %d slots served", client.describe(), reason, self.served, self.num_envs)
         if tell:
             self._try_send(client.identity, protocol.message(Kind.EVICT, {"reason": reason}))
@@ -336,6 +352,57 @@ class SlotServer:
         self._seq += 1
         return self._seq
 
+    def start(
+        self,
+        clients: Sequence[ClientInfo],
+        build: Callable[[ClientInfo, int], list[Any]],
+        on_reply: Callable[[ClientInfo, protocol.Header, bytes], None],
+        *,
+        reply_kind: Kind,
+        what: str,
+    ) -> Exchange:
+        """Send one command to each of ``clients``; their replies are handled while the server waits.
+
+        ``build(client, seq)`` makes the command's frames (for all clients before any is sent, so that a
+        value that cannot be encoded stops the command everywhere); ``on_reply(client, header,
+        header_frame)`` must read the rest of the reply through :meth:`recv_into` / :meth:`recv_value`.
+        Replies are handled by :meth:`wait` (of this or any later exchange), in arrival order. A client
+        that goes away meanwhile (it left, its connection dropped, the watchdog found its process dead)
+        or sends a malformed reply is declared lost (:meth:`lose`) and listed in ``Exchange.lost``.
+        """
+        seq = self.next_seq()
+        commands = [(client, build(client, seq)) for client in clients]
+        exchange = Exchange(seq, reply_kind, on_reply, what)
+        for client, frames in commands:
+            if self.send(client, frames):
+                exchange.pending[client.identity] = client
+                exchange.sent_at[client.identity] = time.monotonic()
+                self._awaited.setdefault(client.identity, {})[seq] = exchange
+            else:
+                exchange.lost.append(client)
+        return exchange
+
+    def wait(self, done: Callable[[], bool], deadline: float) -> bool:
+        """Handle messages (replies, joins, leaves) until ``done()``; False if ``deadline`` passed first."""
+        while not done():
+            try:
+                message = self._receive()
+            except zmq.Again:
+                message = None
+            if message is not None:
+                self._dispatch(*message)
+            else:
+                self._checks()
+                if time.monotonic() > deadline:
+                    return False
+        return True
+
+    def abandon(self, exchange: Exchange) -> None:
+        """Stop awaiting the replies ``exchange`` still lacks: when they come, they are dropped as late."""
+        for identity in exchange.pending:
+            self._unawait(identity, exchange.seq)
+        exchange.pending.clear()
+
     def exchange(
         self,
         clients: Sequence[ClientInfo],
@@ -346,15 +413,16 @@ class SlotServer:
         timeout: float,
         what: str,
     ) -> list[ClientInfo]:
-        """Send one command to each of ``clients`` and handle their replies, in arrival order.
+        """:meth:`start` a command and :meth:`finish` it: send it to ``clients`` and handle every reply.
 
-        ``build(client, seq)`` makes the command's frames (for all clients before any is sent, so that a
-        value that cannot be encoded stops the command everywhere); ``on_reply(client, header,
-        header_frame)`` must read the rest of the reply through :meth:`recv_into` / :meth:`recv_value`.
+        Returns:
+            The clients lost during the exchange.
+        """
+        exchange = self.start(clients, build, on_reply, reply_kind=reply_kind, what=what)
+        return self.finish(exchange, time.monotonic() + timeout, timeout)
 
-        A client that goes away meanwhile (it left, its connection dropped, the watchdog found its
-        process dead) or sends a malformed reply is declared lost (:meth:`lose`); the others are
-        still awaited.
+    def finish(self, exchange: Exchange, deadline: float, timeout: float) -> list[ClientInfo]:
+        """Wait for every reply of ``exchange`` (until ``deadline``, ``timeout`` seconds after it began).
 
         Returns:
             The clients lost during the exchange.
@@ -362,81 +430,60 @@ class SlotServer:
         Raises:
             RemoteEnvError: an env raised in a client (the first such error, naming its slot), raised
                 after every other client has answered, so that no reply is left to confuse a later command.
-            RemoteTimeoutError: a client, alive but silent, did not answer within ``timeout``.
+            RemoteTimeoutError: a client, alive but silent, did not answer in time; the exchange is
+                abandoned (its late replies will be dropped).
         """
-        seq = self.next_seq()
-        commands = [(client, build(client, seq)) for client in clients]
-        lost: list[ClientInfo] = []
-        pending: dict[bytes, ClientInfo] = {}
-        sent_at: dict[bytes, float] = {}
-        for client, frames in commands:
-            if self.send(client, frames):
-                pending[client.identity] = client
-                sent_at[client.identity] = time.monotonic()
-            else:
-                lost.append(client)
-        errors: list[Exception] = []
-        deadline = time.monotonic() + timeout
-        losses = self._losses
-        while pending:
-            try:
-                message = self._receive(pending)
-            except zmq.Again:
-                message = None
-            if message is not None:
-                identity, header, frame = message
-                client = pending.get(identity)
-                if client is None or header.seq != seq:
-                    self._handle_other(identity, header, frame)
-                elif header.version != protocol.PROTOCOL_VERSION:
-                    self._drain()
-                    logger.error("%s sent a malformed reply: protocol version %d", client.describe(), header.version)
-                    self.lose(client, f"it sent a malformed reply in protocol version {header.version}")
-                else:
-                    self._handle_reply(client, header, frame, reply_kind, on_reply, what, errors, lost)
-                    del pending[identity]
-                    client.latency = time.monotonic() - sent_at[identity]
-            if self._losses != losses:  # some client was lost meanwhile: it left, or the watchdog found it dead
-                losses = self._losses
-                for identity in [identity for identity in pending if identity not in self.clients]:
-                    lost.append(pending.pop(identity))
-            if pending and message is None:
-                self._checks(pending.values())
-                if time.monotonic() > deadline:
-                    waiting = "; ".join(client.describe() for client in pending.values())
-                    raise RemoteTimeoutError(f"timed out after {timeout:g} s waiting for {what} from {waiting}")
-        if errors:
-            raise errors[0]
-        return lost
+        if not self.wait(lambda: not exchange.pending, deadline):
+            waiting = "; ".join(client.describe() for client in exchange.pending.values())
+            self.abandon(exchange)
+            raise RemoteTimeoutError(f"timed out after {timeout:g} s waiting for {exchange.what} from {waiting}")
+        if exchange.errors:
+            raise exchange.errors[0][1]
+        return exchange.lost
 
-    def _handle_reply(
-        self,
-        client: ClientInfo,
-        header: protocol.Header,
-        frame: bytes,
-        reply_kind: Kind,
-        on_reply: Callable[[ClientInfo, protocol.Header, bytes], None],
-        what: str,
-        errors: list[Exception],
-        lost: list[ClientInfo],
-    ) -> None:
+    def _dispatch(self, identity: bytes, header: protocol.Header, frame: bytes) -> None:
+        """Hand a message to the exchange awaiting it, or handle it as a control message."""
+        exchange = self._awaited.get(identity, {}).get(header.seq)
+        if exchange is None:
+            self._handle_other(identity, header, frame)
+            return
+        client = exchange.pending.pop(identity)
+        self._unawait(identity, header.seq)
+        if header.version != protocol.PROTOCOL_VERSION:
+            self._drain()
+            logger.error("%s sent a malformed reply: protocol version %d", client.describe(), header.version)
+            exchange.lost.append(client)
+            self.lose(client, f"it sent a malformed reply in protocol version {header.version}")
+            return
+        client.latency = time.monotonic() - exchange.sent_at[identity]
         client.last_seen = time.monotonic()
         try:
-            if header.kind == reply_kind:
-                on_reply(client, header, frame)
+            if header.kind == exchange.reply_kind:
+                exchange.on_reply(client, header, frame)
             elif header.kind == Kind.ERROR:
-                errors.append(self._remote_error(client, self.recv_value(client, header), what))
+                exchange.errors.append(
+                    (client, self._remote_error(client, self.recv_value(client, header), exchange.what))
+                )
             elif header.kind == Kind.BYE:
                 self._drain()
+                exchange.lost.append(client)
                 self.lose(client, "it left", tell=False)
-                lost.append(client)
             else:
-                raise ProtocolError(f"expected {reply_kind.name} for {what}, got {kind_name(header.kind)}")
+                raise ProtocolError(
+                    f"expected {exchange.reply_kind.name} for {exchange.what}, got {kind_name(header.kind)}"
+                )
         except ProtocolError as error:
             self._drain()
-            logger.error("%s sent a malformed reply to %s: %s", client.describe(), what, error)
-            self.lose(client, f"it sent a malformed reply to {what}: {error}")
-            lost.append(client)
+            logger.error("%s sent a malformed reply to %s: %s", client.describe(), exchange.what, error)
+            exchange.lost.append(client)
+            self.lose(client, f"it sent a malformed reply to {exchange.what}: {error}")
+
+    def _unawait(self, identity: bytes, seq: int) -> None:
+        awaited = self._awaited.get(identity)
+        if awaited is not None:
+            awaited.pop(seq, None)
+            if not awaited:
+                del self._awaited[identity]
 
     def send(self, client: ClientInfo, frames: list[Any]) -> bool:
         """Send one message to ``client``; if it cannot be routed any more, declare it lost and return False."""
@@ -548,10 +595,10 @@ class SlotServer:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _receive(self, awaited: dict[bytes, ClientInfo] | None = None) -> tuple[bytes, protocol.Header, bytes] | None:
+    def _receive(self) -> tuple[bytes, protocol.Header, bytes] | None:
         """The next message's routing id, header and header frame; None if it was malformed (then dropped).
 
-        A malformed message from a client in ``awaited`` (whose reply is awaited) makes that client lost.
+        A malformed message from a client whose reply is awaited makes that client lost.
 
         Raises:
             zmq.Again: no message came within ``POLL_SECONDS``.
@@ -562,7 +609,7 @@ class SlotServer:
             return identity, protocol.parse_header(frame), frame
         except ProtocolError as error:
             self._drain()
-            client = awaited.get(identity) if awaited else None
+            client = self.clients.get(identity) if identity in self._awaited else None
             if client is not None:
                 logger.error("%s sent a malformed reply: %s", client.describe(), error)
                 self.lose(client, f"it sent a malformed reply: {error}")
@@ -577,19 +624,19 @@ class SlotServer:
         except zmq.Again:
             message = None
         if message is not None:
-            self._handle_other(*message)
-        self._checks(())
+            self._dispatch(*message)
+        self._checks()
 
-    def _checks(self, pending: Iterable[ClientInfo]) -> None:
-        """At most every ``POLL_SECONDS``: run the watchdog and probe the clients awaited."""
+    def _checks(self) -> None:
+        """At most every ``POLL_SECONDS``: run the watchdog and probe the clients whose replies are awaited."""
         now = time.monotonic()
         if now - self._last_checks < POLL_SECONDS:
             return
         self._last_checks = now
         if self.watchdog is not None:
             self.watchdog()
-        for client in list(pending):
-            if client.identity in self.clients and now - max(client.last_seen, client.last_probe) >= PROBE_SECONDS:
+        for client in [self.clients[identity] for identity in self._awaited if identity in self.clients]:
+            if now - max(client.last_seen, client.last_probe) >= PROBE_SECONDS:
                 client.last_probe = now
                 self._probe(client)
 

@@ -7,13 +7,15 @@ import os
 import shutil
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import ClosedEnvironmentError
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError, ResetNeeded
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, concatenate, create_empty_array, iterate
 
@@ -31,7 +33,7 @@ from gym_remote.security import (
     is_local_endpoint,
     server_security,
 )
-from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, ClientInfo, SlotServer
+from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, ClientInfo, Exchange, SlotServer
 
 __all__ = ["RemoteVectorEnv"]
 
@@ -133,6 +135,7 @@ class RemoteVectorEnv(VectorEnv):
         insecure: bool = False,
         max_connections: int | None = None,
         handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
+        batch_size: int | None = None,
     ) -> None:
         super().__init__()
         self._workdir: str | None = None
@@ -165,6 +168,14 @@ class RemoteVectorEnv(VectorEnv):
         if (observation_space is None) != (action_space is None):
             raise ValueError("give both observation_space and action_space, or neither")
         self.num_envs = int(num_envs)
+        self.batch_size = self.num_envs if batch_size is None else int(batch_size)
+        if not 1 <= self.batch_size <= self.num_envs:
+            raise ValueError(f"batch_size must be between 1 and num_envs={self.num_envs}, got {batch_size}")
+        if self.batch_size < self.num_envs and self.autoreset_mode is AutoresetMode.DISABLED:
+            raise ValueError(
+                "partial batches (batch_size < num_envs) need an autoreset mode: with AutoresetMode.DISABLED "
+                "a finished slot could only be reset with all the others"
+            )
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.metadata = {"autoreset_mode": self.autoreset_mode}
@@ -184,6 +195,18 @@ class RemoteVectorEnv(VectorEnv):
         self._started = False  # the first reset() happened: a lost client now ends an episode
         self._lost_unreported: dict[int, str] = {}  # slots whose client was lost, to report in the next step
         self._local_served: dict[int, bool] = {}  # launch index -> whether its last process served a step
+        # step_async / reset_async: the call whose results step_wait / reset_wait collects
+        self._waiting_for: str | None = None  # "step" or "reset"
+        self._step_call: Exchange | None = None
+        self._reset_call: _ResetCall | None = None
+        # send / recv (partial batches): where each slot's result is
+        self._busy = np.zeros(self.num_envs, dtype=np.bool_)  # sent, and not yet returned by recv()
+        self._in_flight: dict[int, Exchange] = {}  # slot -> the command computing its result
+        self._parked: dict[int, _Parked] = {}  # slot -> a command waiting for a client to serve the slot
+        self._ready: deque[int] = deque()  # slots whose results have arrived, in arrival order
+        self._partial: dict[Exchange, dict[bytes, _Plan]] = {}  # partial commands not yet settled
+        self._loss_reports: set[int] = set()  # slots whose next result reports their lost client
+        self._joined = False  # a client joined since parked commands were last dispatched
 
         try:
             if env_fns is not None:
@@ -249,6 +272,7 @@ class RemoteVectorEnv(VectorEnv):
     def _on_join(self, client: ClientInfo) -> None:
         if client.launch_index is not None:
             self._server.launch_failures.pop(client.launch_index, None)
+        self._joined = True
 
     def _on_lost(self, client: ClientInfo, reason: str) -> None:
         """A client is gone: its episodes end (reported by the next step) and its slots wait for a new client."""
@@ -256,6 +280,9 @@ class RemoteVectorEnv(VectorEnv):
             for slot in client.slots:
                 self._lost_unreported[slot] = reason
             self._server.quarantine(client.slots)  # no replacement before the loss is reported
+            in_flight = [slot for slot in client.slots if self._in_flight.pop(slot, None) is not None]
+            if in_flight:  # partial batches: their results are the reports of the loss
+                self._report_partial_losses(in_flight)
         if client.launch_index is not None and self._local is not None:
             self._local_served[client.launch_index] = client.steps > 0
             self._local.kill(client.launch_index)  # it is restarted once its process has ended
@@ -423,16 +450,18 @@ class RemoteVectorEnv(VectorEnv):
 
         Waits up to ``connect_timeout`` for clients to serve every slot that is reset.
         """
-        self._check_open()
-        if seed is None:
-            seed = [None for _ in range(self.num_envs)]
-        elif isinstance(seed, int):
-            seed = [seed + i for i in range(self.num_envs)]
-        if len(seed) != self.num_envs:
-            raise ValueError(
-                "If seeds are passed as a list the length must match "
-                f"num_envs={self.num_envs} but got length={len(seed)}."
-            )
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Send the resets of :meth:`reset` and return at once; :meth:`reset_wait` collects them.
+
+        Raises:
+            AlreadyPendingCallError: a :meth:`step_async` or :meth:`reset_async` is waiting for its
+                ``*_wait``, or partial batches have results outstanding (see :meth:`recv`).
+        """
+        self._check_idle("reset_async")
+        seed = self._seeds(seed)
         reset_mask = None
         if options is not None and "reset_mask" in options:
             reset_mask = options.pop("reset_mask")
@@ -441,14 +470,29 @@ class RemoteVectorEnv(VectorEnv):
         slots = list(range(self.num_envs)) if reset_mask is None else np.flatnonzero(reset_mask).tolist()
         self._slot_infos.clear()
         self._slot_finals.clear()
-        self._reset_slots(slots, seed, options, "reset")
+        self._reset_call = self._start_reset(slots, seed, options, "reset")
+        self._waiting_for = "reset"
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        """The results of :meth:`reset_async`, as :meth:`reset` returns them.
+
+        Args:
+            timeout: seconds to wait in all (default: ``connect_timeout + timeout`` of the constructor).
+
+        Raises:
+            NoAsyncCallError: no :meth:`reset_async` is waiting.
+            RemoteTimeoutError: the resets did not all arrive in time (also a
+                ``multiprocessing.TimeoutError``, as ``AsyncVectorEnv`` raises); later replies to them
+                are dropped, and the vector env can be used again.
+        """
+        self._check_waiting("reset", "reset_wait", "reset_async")
+        call, self._reset_call, self._waiting_for = self._reset_call, None, None
+        self._finish_reset(call, timeout)
+        slots = call.slots
         self._terminations[slots] = False
         self._truncations[slots] = False
         self._autoreset_envs[slots] = False
-        self._started = True
-        # From now on a replacement client's envs start as if their episode had ended, so that in
-        # NEXT_STEP mode their first step is the autoreset step that delivers their reset observation.
-        self._server.reset_first = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        self._start_episodes()
         self._gather_observations()
         return self._observations_out(), self._collect_infos()
 
@@ -460,25 +504,54 @@ class RemoteVectorEnv(VectorEnv):
         client's reset, which this call waits for. A slot without a client otherwise waits for one
         (up to ``connect_timeout``).
         """
-        self._check_open()
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Send the actions of :meth:`step` and return at once; :meth:`step_wait` collects the results.
+
+        Raises:
+            AlreadyPendingCallError: a :meth:`step_async` or :meth:`reset_async` is waiting for its
+                ``*_wait``, or partial batches have results outstanding (see :meth:`recv`).
+        """
+        self._check_idle("step_async")
         self._ensure_spaces()
         if self.autoreset_mode is AutoresetMode.DISABLED and self._autoreset_envs.any():
             raise AssertionError(
                 f"autoreset_mode=DISABLED and the episodes of slots {np.flatnonzero(self._autoreset_envs).tolist()} "
                 "have ended: reset them with reset(options={'reset_mask': mask}) before stepping"
             )
-        build = self._array_step_builder(actions) or self._value_step_builder(actions)
+        build = self._array_step_builder(actions, self.num_envs, _whole) or self._value_step_builder(
+            actions, self.num_envs, _whole
+        )
         self._slot_infos.clear()
         self._slot_finals.clear()
         stepped = self._wait_for_clients(lambda: [s for s in range(self.num_envs) if s not in self._lost_unreported])
-        self._server.exchange(
+        self._step_call = self._server.start(
             self._server.clients_of(stepped),
             build,
             lambda client, header, frame: self._read_result(client, header, frame, "step"),
             reply_kind=Kind.RESULT,
-            timeout=self.timeout,
             what="step",
         )
+        self._waiting_for = "step"
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of :meth:`step_async`, as :meth:`step` returns them.
+
+        Args:
+            timeout: seconds to wait for the clients' results (default: ``timeout`` of the constructor).
+
+        Raises:
+            NoAsyncCallError: no :meth:`step_async` is waiting.
+            RemoteTimeoutError: some client did not answer in time (also a ``multiprocessing.TimeoutError``,
+                as ``AsyncVectorEnv`` raises). This step's results are lost: replies that come later are
+                dropped, never mixed into a later call, and the vector env can be used again.
+        """
+        self._check_waiting("step", "step_wait", "step_async")
+        exchange, self._step_call, self._waiting_for = self._step_call, None, None
+        timeout = self.timeout if timeout is None else timeout
+        self._server.finish(exchange, time.monotonic() + timeout, timeout)
         self._report_lost_slots()
         self._gather_observations()
         np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
@@ -490,13 +563,138 @@ class RemoteVectorEnv(VectorEnv):
             self._collect_infos(),
         )
 
+    # -- partial batches (EnvPool's send / recv) --------------------------------------------------
+
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Start resetting every slot and return at once; :meth:`recv` returns the resets as they arrive.
+
+        The start of EnvPool's asynchronous loop (``seed`` and ``options`` as in :meth:`reset`). Results
+        that arrived but were not yet returned by :meth:`recv` are dropped. Slots without a client are
+        reset when one joins.
+
+        Raises:
+            AlreadyPendingCallError: a ``*_async`` call is waiting, or slots still have actions in flight.
+        """
+        self._check_partial("async_reset")
+        seed = self._seeds(seed)
+        if options is not None and "reset_mask" in options:
+            raise ValueError("async_reset() resets every slot; options['reset_mask'] is for reset()")
+        outstanding = sorted(self._in_flight.keys() | self._parked.keys())
+        if outstanding:
+            raise AlreadyPendingCallError(
+                f"Calling `async_reset` while slots {protocol.format_slots(outstanding)} still have results "
+                "coming: recv() them first",
+                "recv",
+            )
+        self._ensure_spaces()
+        slots = list(range(self.num_envs))
+        self._ready.clear()
+        self._loss_reports.clear()
+        self._slot_infos.clear()
+        self._slot_finals.clear()
+        self._busy[:] = True
+        self._terminations[:] = False
+        self._truncations[:] = False
+        self._autoreset_envs[:] = False
+        self._free_for_reset(set(slots), drop_reports=True)
+        self._start_episodes()
+        for slot in slots:
+            self._parked[slot] = _Parked(Kind.RESET, seed[slot], options)
+        self._dispatch_parked()
+
+    def send(self, actions: Any, env_id: Any = None) -> None:
+        """Send ``actions`` to the slots ``env_id`` (all if None) and return at once (EnvPool's ``send``).
+
+        ``actions`` holds one action per id, in the order of ``env_id`` (e.g. ``infos["env_id"]`` of the
+        last :meth:`recv`). Each slot's result comes back through :meth:`recv`.
+
+        Raises:
+            ValueError: an id is out of range or repeated, a slot already has an action in flight or a
+                result :meth:`recv` has not returned, or the number of actions does not match.
+            AlreadyPendingCallError: a :meth:`step_async` or :meth:`reset_async` is waiting.
+            ResetNeeded: no reset started the episodes yet (call :meth:`async_reset`).
+        """
+        self._check_partial("send")
+        if not self._started:
+            raise ResetNeeded("Calling `send` before the slots were reset: call async_reset() (or reset()) first")
+        ids = _env_ids(env_id, self.num_envs)
+        busy = ids[self._busy[ids]]
+        if len(busy):
+            raise ValueError(
+                f"send(): slots {protocol.format_slots(sorted(busy.tolist()))} already have an action in flight or a "
+                "result that recv() has not returned"
+            )
+        slots = ids.tolist()
+        reporting = [slot for slot in slots if slot in self._lost_unreported]  # the action is not needed
+        served = [(slot, row) for row, slot in enumerate(slots) if slot not in reporting and self._server.slots[slot]]
+        unserved = [
+            (slot, row) for row, slot in enumerate(slots) if slot not in reporting and not self._server.slots[slot]
+        ]
+        plans = self._plans(*zip(*served)) if served else {}
+        build = self._array_step_builder(actions, len(slots), _lookup(plans)) or self._value_step_builder(
+            actions, len(slots), _lookup(plans)
+        )
+        per_env = list(iterate(batch_space(self._single_action_space, len(slots)), actions)) if unserved else []
+        self._busy[ids] = True
+        self._report_partial_losses(reporting)
+        for slot, row in unserved:  # parked until a client serves the slot
+            self._parked[slot] = _Parked(Kind.STEP, per_env[row])
+        if plans:
+            self._start_partial(Kind.STEP, plans, build, "step")
+        self._dispatch_parked()
+
+    def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of ``batch_size`` slots, as soon as that many have arrived (EnvPool's ``recv``).
+
+        Returns ``(obs, rewards, terminations, truncations, infos)`` for exactly those slots, in arrival
+        order; ``infos["env_id"]`` (int32) names their slots, and the other infos are batched over them as
+        ``step`` batches them over all slots. Slots reset themselves when their episode ends, in the
+        vector's autoreset mode. With fewer than ``batch_size`` slots outstanding, it returns them all
+        (a smaller batch: how a loop collects its last results).
+
+        Args:
+            timeout: seconds to wait (default: ``timeout`` of the constructor). On a timeout the slots
+                still working stay in flight: a later ``recv`` returns their results.
+
+        Raises:
+            NoAsyncCallError: no slot has an action in flight or a result waiting.
+            RemoteEnvError: an env raised; its slots have no result and take actions again.
+            RemoteTimeoutError: fewer than ``batch_size`` results came in time.
+        """
+        self._check_partial("recv")
+        outstanding = int(np.count_nonzero(self._busy))
+        if not outstanding:
+            raise NoAsyncCallError(
+                "Calling `recv` with no slot in flight: send() actions (or async_reset()) first", "send"
+            )
+        size = min(self.batch_size, outstanding)
+        timeout = self.timeout if timeout is None else timeout
+        self._dispatch_parked()
+
+        def done() -> bool:
+            if self._joined and self._parked:
+                self._dispatch_parked()
+            return len(self._ready) >= size or any(exchange.errors for exchange in self._partial)
+
+        arrived = self._server.wait(done, time.monotonic() + timeout)
+        self._settle_partial()
+        if not arrived:
+            parked = sorted(self._parked)
+            raise RemoteTimeoutError(
+                f"recv() timed out after {timeout:g} s: {len(self._ready)} of batch_size={size} results arrived; "
+                f"slots {protocol.format_slots(sorted(self._in_flight))} are still working"
+                + (f", slots {protocol.format_slots(parked)} wait for a client" if parked else "")
+                + " (they stay in flight: a later recv() returns them)"
+            )
+        return self._take_batch([self._ready.popleft() for _ in range(size)])
+
     def render(self) -> tuple[Any, ...]:
         """The sub-envs' rendered frames, one per slot."""
         return self.call("render")
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` on every sub-env (reached through wrappers) or read it if not callable; one result per slot."""
-        self._check_open()
+        self._check_no_call("call")
         command = {"name": name, "args": list(args), "kwargs": kwargs}
         return self._call_clients(Kind.CALL, lambda client: command, f"call({name!r})")
 
@@ -506,7 +704,7 @@ class RemoteVectorEnv(VectorEnv):
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set ``name`` on every sub-env: one value per slot, or one value for all (as ``SyncVectorEnv``)."""
-        self._check_open()
+        self._check_no_call("set_attr")
         if not isinstance(values, (list, tuple)):
             values = [values for _ in range(self.num_envs)]
         if len(values) != self.num_envs:
@@ -550,65 +748,165 @@ class RemoteVectorEnv(VectorEnv):
         if self.closed:
             raise ClosedEnvironmentError(f"{type(self).__name__} is closed; it cannot be used any more")
 
+    def _check_no_call(self, name: str) -> None:
+        """Refuse ``name`` while a ``step_async`` / ``reset_async`` waits for its ``*_wait`` (as AsyncVectorEnv)."""
+        self._check_open()
+        if self._waiting_for is not None:
+            raise AlreadyPendingCallError(
+                f"Calling `{name}` while waiting for a pending call to `{self._waiting_for}` to complete",
+                self._waiting_for,
+            )
+
+    def _check_idle(self, name: str) -> None:
+        """Refuse a lock-step call while any call, lock-step or partial, has results outstanding."""
+        self._check_no_call(name)
+        if self._busy.any():
+            slots = protocol.format_slots(np.flatnonzero(self._busy).tolist())
+            raise AlreadyPendingCallError(
+                f"Calling `{name}` while partial batches are under way: slots {slots} have results that recv() "
+                "has not returned yet; recv() them first",
+                "recv",
+            )
+
+    def _check_waiting(self, call: str, name: str, start: str) -> None:
+        self._check_open()
+        if self._waiting_for != call:
+            raise NoAsyncCallError(f"Calling `{name}` without any prior call to `{start}`.", call)
+
+    def _check_partial(self, name: str) -> None:
+        self._check_no_call(name)
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            raise ValueError(f"{name}() needs an autoreset mode (NEXT_STEP or SAME_STEP), not DISABLED")
+
+    def _seeds(self, seed: int | list[int | None] | None) -> list[int | None]:
+        """One seed per slot, as ``SyncVectorEnv.reset`` spreads them."""
+        if seed is None:
+            seed = [None for _ in range(self.num_envs)]
+        elif isinstance(seed, int):
+            seed = [seed + i for i in range(self.num_envs)]
+        if len(seed) != self.num_envs:
+            raise ValueError(
+                "If seeds are passed as a list the length must match "
+                f"num_envs={self.num_envs} but got length={len(seed)}."
+            )
+        return seed
+
+    def _start_episodes(self) -> None:
+        self._started = True
+        # From now on a replacement client's envs start as if their episode had ended, so that in
+        # NEXT_STEP mode their first step is the autoreset step that delivers their reset observation.
+        self._server.reset_first = self.autoreset_mode is AutoresetMode.NEXT_STEP
+
     def _wait_for_clients(
-        self, slots_needed: Callable[[], list[int]], resetting: set[int] = frozenset(), drop_reports: bool = True
+        self,
+        slots_needed: Callable[[], list[int]],
+        resetting: set[int] = frozenset(),
+        drop_reports: bool = True,
+        deadline: float | None = None,
     ) -> list[int]:
-        """Wait (up to ``connect_timeout``) until the slots ``slots_needed()`` names all have a client.
+        """Wait (up to ``connect_timeout``, or ``deadline``) until the slots ``slots_needed()`` names all have a client.
 
         The slots needed are asked again after every message handled, as clients may be lost meanwhile.
         ``resetting``: slots about to be reset, which a new client may take at once (see _free_for_reset).
         """
-        deadline = time.monotonic() + self.connect_timeout
+        start = time.monotonic()
+        end = start + self.connect_timeout if deadline is None else min(deadline, start + self.connect_timeout)
         while True:
             self._free_for_reset(resetting, drop_reports)
             slots = slots_needed()
             empty = self._server.empty_slots(slots)
             if not empty:
                 return slots
-            if time.monotonic() > deadline:
-                raise RemoteTimeoutError(self._server.empty_slots_message(self.connect_timeout, "their slots", empty))
+            if time.monotonic() > end:
+                raise RemoteTimeoutError(self._server.empty_slots_message(end - start, "their slots", empty))
             self._server.poll()
+
+    def _start_reset(
+        self, slots: list[int], seed: list | None, options: Any, what: str, drop_reports: bool = True
+    ) -> _ResetCall:
+        """Send RESET for ``slots`` to the clients serving them now; :meth:`_finish_reset` does the rest.
+
+        ``drop_reports``: losses in these slots need no report any more (a new episode starts there).
+        """
+        call = _ResetCall(list(slots), set(slots), seed, options, what, drop_reports)
+        self._free_for_reset(call.remaining, drop_reports)
+        self._send_resets(call)
+        return call
+
+    def _send_resets(self, call: _ResetCall) -> None:
+        served = [slot for slot in sorted(call.remaining) if self._server.slots[slot] is not None]
+        if not served:
+            return
+        plans = self._plans(served)
+
+        def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
+            plan = plans[client.identity]
+            self._read_result(client, header, frame, call.what, plan)
+            call.remaining.difference_update(plan.slots)
+
+        build = self._reset_builder(call.seed, call.options, _lookup(plans))
+        call.exchange = self._server.start(
+            self._server.clients_of(served), build, on_reply, reply_kind=Kind.RESULT, what=call.what
+        )
+
+    def _finish_reset(self, call: _ResetCall, timeout: float | None = None) -> None:
+        """Wait for the resets of ``call``: for clients to serve its slots, again where a client is lost meanwhile."""
+        total = self.connect_timeout + self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + total
+        while True:
+            if call.exchange is not None:
+                round_timeout = min(self.timeout, max(0.0, deadline - time.monotonic()))
+                exchange, call.exchange = call.exchange, None
+                self._server.finish(exchange, time.monotonic() + round_timeout, round_timeout)
+            if not call.remaining:
+                return
+            if time.monotonic() > deadline:  # clients keep getting lost before they answer
+                raise RemoteTimeoutError(
+                    f"{call.what}: slots {protocol.format_slots(sorted(call.remaining))} were not reset within "
+                    f"{total:g} s: they lost their clients, or had none; see the log for why"
+                )
+            self._wait_for_clients(lambda: sorted(call.remaining), call.remaining, call.drop_reports, deadline)
+            self._send_resets(call)
 
     def _reset_slots(
         self, slots: list[int], seed: list | None, options: Any, what: str, drop_reports: bool = True
     ) -> None:
-        """Reset the envs of ``slots``, waiting for clients where needed, again where a client is lost meanwhile.
-
-        ``drop_reports``: losses in these slots need no report any more (a new episode starts there).
-        """
-        remaining = set(slots)
-        build = self._reset_builder(seed, options, remaining)
-        deadline = time.monotonic() + self.connect_timeout + self.timeout
-        while remaining:
-            if time.monotonic() > deadline:  # clients keep getting lost before they answer
-                raise RemoteTimeoutError(
-                    f"{what}: slots {protocol.format_slots(sorted(remaining))} lost their clients again and again "
-                    f"for {self.connect_timeout + self.timeout:g} s; see the log for why"
-                )
-            self._wait_for_clients(lambda: sorted(remaining), remaining, drop_reports)
-            clients = self._server.clients_of(sorted(remaining))
-
-            def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
-                self._read_result(client, header, frame, what)
-                remaining.difference_update(client.slots)
-
-            self._server.exchange(clients, build, on_reply, reply_kind=Kind.RESULT, timeout=self.timeout, what=what)
+        """Reset the envs of ``slots``, waiting for clients where needed, again where a client is lost meanwhile."""
+        self._finish_reset(self._start_reset(slots, seed, options, what, drop_reports))
 
     def _reset_builder(
-        self, seed: list | None, options: Any, mask: set[int] | None
+        self, seed: list | None, options: Any, plan_of: Callable[[ClientInfo], _Plan]
     ) -> Callable[[ClientInfo, int], list[Any]]:
-        """RESET commands: slot ``s`` seeded with ``seed[s]``; only the slots in ``mask`` (all if None)."""
+        """RESET commands: slot ``s`` seeded with ``seed[s]``; each client resets its slots in ``plan_of``."""
 
         def build(client: ClientInfo, seq: int) -> list[Any]:
-            selected = None if mask is None or mask.issuperset(client.slots) else [s in mask for s in client.slots]
-            command = {
-                "seeds": [None if seed is None else seed[slot] for slot in client.slots],
-                "options": options,
-                "mask": selected,
-            }
-            return _command(Kind.RESET, client, seq, command, lambda path: _reset_label(client, path))
+            plan = plan_of(client)
+            command = {"seeds": [None if seed is None else seed[slot] for slot in plan.slots], "options": options}
+            return _command(Kind.RESET, client, seq, command, lambda path: _reset_label(plan.slots, path), plan.indexes)
 
         return build
+
+    def _plans(self, slots: Sequence[int], rows: Sequence[int] | None = None) -> dict[bytes, _Plan]:
+        """What each client serving ``slots`` is asked for: its slots among them, in its own env order.
+
+        ``rows[i]``: the row of ``slots[i]`` in the batch of actions sent (default: ``i``).
+        """
+        grouped: dict[bytes, list[tuple[int, int, int]]] = {}
+        for position, slot in enumerate(slots):
+            client = self._server.slots[slot]
+            index = client.slots.index(slot)
+            grouped.setdefault(client.identity, []).append((index, slot, position if rows is None else rows[position]))
+        plans = {}
+        for identity, entries in grouped.items():
+            entries.sort()
+            indexes = [index for index, _, _ in entries]
+            whole = indexes == list(range(len(self._server.clients[identity].slots)))
+            plans[identity] = _Plan(
+                [slot for _, slot, _ in entries],
+                np.asarray([row for _, _, row in entries], dtype=np.intp),
+                None if whole else indexes,
+            )
+        return plans
 
     def _free_for_reset(self, slots: set[int], drop_reports: bool) -> None:
         """Slots about to be reset may take a new client now, even if they just lost one.
@@ -650,8 +948,11 @@ class RemoteVectorEnv(VectorEnv):
         leaves = codec.batch_leaves(self._single_observation_space, self._observations)
         return codec.leaves_to_batch(self._single_observation_space, [leaf[slot].copy() for leaf in leaves])
 
-    def _array_step_builder(self, actions: Any) -> Callable[[ClientInfo, int], list[Any]] | None:
-        """STEP commands carrying the actions as array frames, or None when they must travel as values.
+    def _array_step_builder(
+        self, actions: Any, count: int, plan_of: Callable[[ClientInfo], _Plan]
+    ) -> Callable[[ClientInfo, int], list[Any]] | None:
+        """STEP commands carrying the actions (a batch of ``count``) as array frames, or None when they
+        must travel as values. Each client gets the rows its plan names.
 
         The envs get exactly what ``SyncVectorEnv`` would give them: rows of the arrays passed in, in
         their own dtype. Anything but well-shaped numpy arrays (lists, scalars, odd shapes) takes the
@@ -667,7 +968,7 @@ class RemoteVectorEnv(VectorEnv):
         for space, value in zip(self._action_leaf_spaces, values, strict=True):
             if (
                 type(value) is not np.ndarray
-                or value.shape != (self.num_envs, *space.shape)
+                or value.shape != (count, *space.shape)
                 or not codec.dtype_travels(value.dtype)
             ):
                 return None
@@ -676,60 +977,65 @@ class RemoteVectorEnv(VectorEnv):
         own_dtypes = all(dtype == space.dtype for dtype, space in zip(dtypes, self._action_leaf_spaces, strict=True))
 
         def build(client: ClientInfo, seq: int) -> list[Any]:
-            rows = client.rows
-            header = protocol.pack_step_header(seq, client.count, None if own_dtypes else dtypes)
-            return [header, *[leaf[rows] for leaf in leaves]]
+            plan = plan_of(client)
+            subset = plan.indexes is not None
+            header = protocol.pack_step_header(seq, len(plan.slots), None if own_dtypes else dtypes, subset=subset)
+            index_frames = [protocol.index_frame(plan.indexes)] if subset else []
+            return [header, *index_frames, *[leaf[plan.rows] for leaf in leaves]]
 
         return build
 
-    def _value_step_builder(self, actions: Any) -> Callable[[ClientInfo, int], list[Any]]:
+    def _value_step_builder(
+        self, actions: Any, count: int, plan_of: Callable[[ClientInfo], _Plan]
+    ) -> Callable[[ClientInfo, int], list[Any]]:
         """STEP commands carrying each env's action as an encoded value, split by :func:`iterate`."""
-        per_env = list(iterate(self._action_space, actions))
-        if len(per_env) != self.num_envs:
-            raise ValueError(f"expected actions for {self.num_envs} envs, got {len(per_env)}")
-
-        def build(client: ClientInfo, seq: int) -> list[Any]:
-            command = {"actions": [per_env[slot] for slot in client.slots]}
-            return _command(
-                Kind.STEP,
-                client,
-                seq,
-                command,
-                lambda path: f"the action for slot {client.slots[path[1][0]]}{protocol.path_text(path[2:])}",
-            )
-
-        return build
+        space = self._action_space if count == self.num_envs else batch_space(self._single_action_space, count)
+        per_env = list(iterate(space, actions))
+        if len(per_env) != count:
+            raise ValueError(f"expected actions for {count} envs, got {len(per_env)}")
+        return self._listed_step_builder(per_env, plan_of)
 
     def _gather_observations(self) -> None:
         if not self._observation_is_array:
             self._observations = concatenate(self._single_observation_space, self._env_obs, self._observations)
 
-    def _read_result(self, client: ClientInfo, header: protocol.Header, frame: bytes, what: str) -> None:
-        """Land one client's RESULT in the batch: arrays in place, infos kept per slot for _collect_infos."""
-        count = client.count
+    def _read_result(
+        self, client: ClientInfo, header: protocol.Header, frame: bytes, what: str, plan: _Plan | None = None
+    ) -> None:
+        """Land one client's RESULT in the batch: arrays in place, infos kept per slot for _collect_infos.
+
+        ``plan``: the slots the command was for, when not all of the client's.
+        """
+        whole = plan is None or plan.indexes is None
+        slots = client.slots if whole else plan.slots
+        count = len(slots)
         if header.count != count:
-            raise ProtocolError(f"RESULT for {header.count} envs, the client serves {count}")
+            raise ProtocolError(f"RESULT for {header.count} envs, the command was for {count}")
         rewards, terminations, truncations = protocol.parse_result_scalars(frame, count)
         server = self._server
-        server.recv_into(client.observation_targets, what)
-        rows = client.rows
+        if whole:
+            rows, targets = client.rows, client.observation_targets
+        else:
+            rows = np.asarray(slots, dtype=np.intp)
+            targets = [np.empty((count, *leaf.shape[1:]), leaf.dtype) for leaf in server.observation_leaves or ()]
+        server.recv_into(targets, what)
         self._rewards[rows] = rewards
         self._terminations[rows] = terminations
         self._truncations[rows] = truncations
         if header.flags & FLAG_VALUE:
-            self._read_result_value(client, server.recv_value(client, header))
+            self._read_result_value(slots, server.recv_value(client, header))
         elif server.has_more():
             raise ProtocolError("RESULT has frames after its observations but no value section")
         elif not self._observation_is_array:
             raise ProtocolError("RESULT lacks the value section that carries its observations")
-        if client.slot_slice is None and self._observation_is_array:
-            for leaf, target in zip(server.observation_leaves, client.observation_targets, strict=True):
+        if (not whole or client.slot_slice is None) and self._observation_is_array:
+            for leaf, target in zip(server.observation_leaves, targets, strict=True):
                 leaf[rows] = target
         client.steps += 1
 
-    def _read_result_value(self, client: ClientInfo, extra: Any) -> None:
-        """The optional part of a RESULT: observations that are not arrays, infos, final observations."""
-        count = client.count
+    def _read_result_value(self, slots: list[int], extra: Any) -> None:
+        """The optional part of a RESULT for ``slots``: observations that are not arrays, infos, final observations."""
+        count = len(slots)
         if not isinstance(extra, dict):
             raise ProtocolError("the RESULT value section must be a dict")
         observations = _checked_list(extra.get("obs"), count, "obs")
@@ -737,7 +1043,7 @@ class RemoteVectorEnv(VectorEnv):
             raise ProtocolError(f"RESULT must carry a list of {count} observations")
         infos = _checked_list(extra.get("infos"), count, "infos")
         finals = _checked_list(extra.get("final"), count, "final")
-        for index, slot in enumerate(client.slots):
+        for index, slot in enumerate(slots):
             if observations is not None:
                 self._env_obs[slot] = observations[index]
             if infos is not None and infos[index]:
@@ -750,14 +1056,22 @@ class RemoteVectorEnv(VectorEnv):
                     raise ProtocolError(f"final of env {index} must be a (final_obs, final_info) pair")
                 self._slot_finals[slot] = final
 
-    def _collect_infos(self) -> dict[str, Any]:
-        """Batch the per-slot infos with ``_add_info`` in slot order, as ``SyncVectorEnv`` does."""
+    def _collect_infos(self, batch: Sequence[int] | None = None) -> dict[str, Any]:
+        """Batch the per-slot infos with ``_add_info``, as ``SyncVectorEnv`` does: of every slot in slot order,
+        or of the slots ``batch`` (a partial batch, in its order; their infos are then consumed)."""
         infos: dict[str, Any] = {}
-        for slot in sorted(self._slot_infos.keys() | self._slot_finals.keys()):
-            final = self._slot_finals.get(slot)
+        if batch is None:
+            order = [(slot, slot) for slot in sorted(self._slot_infos.keys() | self._slot_finals.keys())]
+            batcher: Any = self
+            final_of, info_of = self._slot_finals.get, self._slot_infos.get
+        else:
+            order, batcher = list(enumerate(batch)), _InfoBatcher(len(batch))
+            final_of, info_of = self._slot_finals.pop, self._slot_infos.pop
+        for position, slot in order:
+            final = final_of(slot, None)
             if final is not None:
-                infos = self._add_info(infos, {"final_obs": final[0], "final_info": final[1]}, slot)
-            infos = self._add_info(infos, self._slot_infos.get(slot, {}), slot)
+                infos = batcher._add_info(infos, {"final_obs": final[0], "final_info": final[1]}, position)
+            infos = batcher._add_info(infos, info_of(slot, {}), position)
         return infos
 
     def _call_clients(self, kind: Kind, command_for: Callable[[ClientInfo], dict], what: str) -> tuple[Any, ...]:
@@ -793,16 +1107,232 @@ class RemoteVectorEnv(VectorEnv):
     def _observations_out(self) -> Any:
         return deepcopy(self._observations) if self.copy else self._observations
 
+    # -- partial-batch internals -------------------------------------------------------------------
 
-def _command(kind: Kind, client: ClientInfo, seq: int, command: dict, label: protocol.Label) -> list[Any]:
-    """A command message for ``client``: sized for its envs, pickling only if it is trusted."""
-    return protocol.message(kind, command, seq=seq, count=client.count, allow_pickle=client.trusted, label=label)
+    def _start_partial(
+        self, kind: Kind, plans: dict[bytes, _Plan], build: Callable[[ClientInfo, int], list[Any]], what: str
+    ) -> None:
+        """Send a command for some slots; their results land and queue up for :meth:`recv` as they arrive."""
+
+        def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
+            slots = plans[client.identity].slots
+            for slot in slots:
+                self._slot_infos.pop(slot, None)
+                if slot not in self._loss_reports:
+                    self._slot_finals.pop(slot, None)
+            self._read_result(client, header, frame, what, plans[client.identity])
+            reports = self._loss_reports.intersection(slots)
+            if reports:  # the reset of a replacement client, in SAME_STEP mode
+                self._loss_reports.difference_update(reports)
+                for slot in reports:
+                    self._slot_infos[slot] = {**self._slot_infos.get(slot, {}), "client_lost": True}
+                self._truncations[sorted(reports)] = True
+            for slot in slots:
+                self._in_flight.pop(slot, None)
+                self._ready.append(slot)
+
+        clients = [self._server.clients[identity] for identity in plans]
+        exchange = self._server.start(clients, build, on_reply, reply_kind=Kind.RESULT, what=what)
+        self._partial[exchange] = plans
+        for client in clients:
+            if client.identity in exchange.pending:
+                for slot in plans[client.identity].slots:
+                    self._in_flight[slot] = exchange
+        for client in exchange.lost:  # lost while sending: their slots report the loss
+            self._report_partial_losses(
+                [slot for slot in plans[client.identity].slots if slot in self._lost_unreported]
+            )
+
+    def _report_partial_losses(self, slots: list[int]) -> None:
+        """The results of ``slots``, whose client was lost: truncated, ``client_lost`` in their infos.
+
+        In SAME_STEP mode the result waits for a replacement client's reset (its observation starts the
+        next episode, the last one is ``final_obs``).
+        """
+        if not slots:
+            return
+        for slot in slots:
+            self._lost_unreported.pop(slot, None)
+            self._slot_infos.pop(slot, None)
+            self._slot_finals.pop(slot, None)
+        logger.info("slots %s: episodes truncated, their client was lost", protocol.format_slots(sorted(slots)))
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            for slot in slots:
+                self._slot_finals[slot] = (self._last_observation(slot), {"client_lost": True})
+                self._loss_reports.add(slot)
+                self._parked[slot] = _Parked(Kind.RESET)
+        else:
+            self._rewards[slots] = 0.0
+            self._terminations[slots] = False
+            self._truncations[slots] = True
+            for slot in slots:
+                self._slot_infos[slot] = {"client_lost": True}
+                self._ready.append(slot)
+        self._server.release(slots)
+
+    def _dispatch_parked(self) -> None:
+        """Send the parked commands of the slots that have a client now."""
+        self._joined = False
+        due = [slot for slot in sorted(self._parked) if self._server.slots[slot] is not None]
+        if not due:
+            return
+        commands = [(slot, self._parked.pop(slot)) for slot in due]
+        resets = [(slot, parked) for slot, parked in commands if parked.kind == Kind.RESET]
+        steps = [(slot, parked) for slot, parked in commands if parked.kind == Kind.STEP]
+        for options in {id(parked.options): parked.options for _, parked in resets}.values():
+            group = [(slot, parked) for slot, parked in resets if parked.options is options]
+            seed = [None] * self.num_envs
+            for slot, parked in group:
+                seed[slot] = parked.seed
+            plans = self._plans([slot for slot, _ in group])
+            self._start_partial(Kind.RESET, plans, self._reset_builder(seed, options, _lookup(plans)), "reset")
+        if steps:
+            plans = self._plans([slot for slot, _ in steps])
+            actions = [parked.action for _, parked in steps]
+            self._start_partial(Kind.STEP, plans, self._listed_step_builder(actions, _lookup(plans)), "step")
+
+    def _listed_step_builder(
+        self, actions: list[Any], plan_of: Callable[[ClientInfo], _Plan]
+    ) -> Callable[[ClientInfo, int], list[Any]]:
+        """STEP commands for actions already split per env (``actions[row]``), sent as values."""
+
+        def build(client: ClientInfo, seq: int) -> list[Any]:
+            plan = plan_of(client)
+            rows = plan.rows
+            command = {"actions": actions[rows] if isinstance(rows, slice) else [actions[row] for row in rows]}
+            return _command(
+                Kind.STEP,
+                client,
+                seq,
+                command,
+                lambda path: f"the action for slot {plan.slots[path[1][0]]}{protocol.path_text(path[2:])}",
+                plan.indexes,
+            )
+
+        return build
+
+    def _settle_partial(self) -> None:
+        """Forget the partial commands that are over; raise the first env error one of them reported."""
+        error = None
+        for exchange in list(self._partial):
+            plans = self._partial[exchange]
+            for client, failure in exchange.errors:
+                for slot in plans[client.identity].slots:  # no result: the slot takes actions again
+                    if self._in_flight.get(slot) is exchange:
+                        del self._in_flight[slot]
+                        self._busy[slot] = False
+                error = error or failure
+            exchange.errors.clear()
+            if not exchange.pending:
+                del self._partial[exchange]
+        if error is not None:
+            raise error
+
+    def _take_batch(self, slots: list[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of ``slots`` (a partial batch, in this order), which are then no longer busy."""
+        ids = np.asarray(slots, dtype=np.int32)
+        self._busy[ids] = False
+        space = self._single_observation_space
+        if self._observation_is_array:
+            leaves = codec.batch_leaves(space, self._observations)
+            observations = codec.leaves_to_batch(space, [leaf[ids] for leaf in leaves])
+        else:
+            empty = create_empty_array(space, n=len(slots), fn=np.zeros)
+            observations = deepcopy(concatenate(space, [self._env_obs[slot] for slot in slots], empty))
+        infos = self._collect_infos(slots)
+        infos["env_id"] = ids
+        return observations, self._rewards[ids], self._terminations[ids], self._truncations[ids], infos
 
 
-def _reset_label(client: ClientInfo, path: tuple[tuple[Any, str], ...]) -> str:
+@dataclass
+class _Plan:
+    """What one command asks of one client: ``slots`` (in message order), their ``rows`` in the batch
+    of actions, and their env ``indexes`` in the client (None: all its envs, in order)."""
+
+    slots: list[int]
+    rows: slice | np.ndarray
+    indexes: list[int] | None
+
+
+def _whole(client: ClientInfo) -> _Plan:
+    """The plan of a command for all of a client's envs."""
+    return _Plan(client.slots, client.rows, None)
+
+
+def _lookup(plans: dict[bytes, _Plan]) -> Callable[[ClientInfo], _Plan]:
+    return lambda client: plans[client.identity]
+
+
+@dataclass
+class _Parked:
+    """A command for a slot without a client, sent when one serves it: a RESET (with its seed and
+    options) or a STEP (with the slot's action)."""
+
+    kind: Kind
+    seed: int | None = None
+    options: Any = None
+    action: Any = None
+
+
+@dataclass(eq=False)
+class _ResetCall:
+    """A reset under way: the slots still to reset and the round of RESET commands in flight."""
+
+    slots: list[int]
+    remaining: set[int]
+    seed: list | None
+    options: Any
+    what: str
+    drop_reports: bool
+    exchange: Exchange | None = None
+
+
+class _InfoBatcher:
+    """Gymnasium's ``VectorEnv._add_info`` for a batch of ``size`` envs (a partial batch is smaller than the vector)."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, size: int) -> None:
+        self.num_envs = size
+
+
+def _env_ids(env_id: Any, num_envs: int) -> np.ndarray:
+    """``send``'s ``env_id`` as an array of distinct slots (None: all of them)."""
+    if env_id is None:
+        return np.arange(num_envs)
+    ids = np.asarray(env_id)
+    if ids.ndim == 0:
+        ids = ids.reshape(1)
+    if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
+        raise ValueError(f"env_id must be a 1-d array of slot numbers, got {env_id!r}")
+    if ids.size == 0:
+        raise ValueError("env_id is empty: send() needs at least one slot")
+    if ids.min() < 0 or ids.max() >= num_envs:
+        raise ValueError(f"env_id must hold slots from 0 to {num_envs - 1}, got {ids.tolist()}")
+    if len(np.unique(ids)) != len(ids):
+        raise ValueError(f"env_id names a slot twice: {ids.tolist()}")
+    return ids.astype(np.intp)
+
+
+def _command(
+    kind: Kind,
+    client: ClientInfo,
+    seq: int,
+    command: dict,
+    label: protocol.Label,
+    indexes: list[int] | None = None,
+) -> list[Any]:
+    """A command message for ``client``'s envs (those ``indexes`` if given), pickling only if it is trusted."""
+    count = client.count if indexes is None else len(indexes)
+    return protocol.message(
+        kind, command, seq=seq, count=count, allow_pickle=client.trusted, label=label, indexes=indexes
+    )
+
+
+def _reset_label(slots: list[int], path: tuple[tuple[Any, str], ...]) -> str:
     if path[0][0] == "options":
         return "reset options" + protocol.path_text(path[1:])
-    return f"the reset {path[0][0]} for slot {client.slots[path[1][0]]}"
+    return f"the reset {path[0][0]} for slot {slots[path[1][0]]}"
 
 
 def _call_label(client: ClientInfo, what: str, path: tuple[tuple[Any, str], ...]) -> str:

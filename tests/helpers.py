@@ -284,7 +284,13 @@ _CARTPOLE_OBSERVATION_SPACE, _CARTPOLE_ACTION_SPACE = _CARTPOLE.observation_spac
 
 
 def raw_header(
-    kind: int, *, seq: int = 0, count: int = 0, flags: int = 0, version: int = 1, magic: bytes = b"GR"
+    kind: int,
+    *,
+    seq: int = 0,
+    count: int = 0,
+    flags: int = 0,
+    version: int = protocol.PROTOCOL_VERSION,
+    magic: bytes = b"GR",
 ) -> bytes:
     """A 16-byte header with any field values (unknown kinds and versions included)."""
     return _HEADER.pack(magic, version, kind, flags, count, seq)
@@ -317,7 +323,12 @@ def hello_value(session: str, num_envs: int = 2, **overrides: Any) -> dict[str, 
 
 
 def hello_frames(
-    session: str, num_envs: int = 2, *, version: int = 1, fields: dict[str, Any] | None = None, **overrides: Any
+    session: str,
+    num_envs: int = 2,
+    *,
+    version: int = protocol.PROTOCOL_VERSION,
+    fields: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> list[bytes]:
     """A HELLO message: header ``version`` and ``count=num_envs``, value from :func:`hello_value` with
     ``fields`` and ``overrides`` (where one of those is ``None``, the key is left out)."""

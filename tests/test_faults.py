@@ -927,12 +927,12 @@ class MalformedResultClient(EnvClient):
         self.break_at = break_at
         self.results = 0
 
-    def _send_result(self, hosted, seq, infos, finals) -> None:
+    def _send_result(self, hosted, seq, infos, finals, indexes=None) -> None:
         self.results += 1
         if self.results == self.break_at:
             self._socket.send_multipart([protocol.pack_header(Kind.RESULT, seq, count=hosted.count + 1)])
             return
-        super()._send_result(hosted, seq, infos, finals)
+        super()._send_result(hosted, seq, infos, finals, indexes)
 
 
 @pytest.mark.timeout(120)

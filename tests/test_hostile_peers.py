@@ -107,7 +107,7 @@ def result_frames(
     count: int | None = None,
     flags: int = 0,
     kind: int = Kind.RESULT,
-    version: int = 1,
+    version: int = protocol.PROTOCOL_VERSION,
 ) -> list[bytes]:
     """A RESULT for ``len(obs)`` envs whose every part can be set (PROTOCOL.md §5.4)."""
     k = len(obs)
@@ -440,7 +440,7 @@ _OBS2 = np.full((2, 4), 0.25, np.float32)
 TEMPLATES: dict[str, list[bytes]] = {
     "hello": hello_frames(_SESSION, 2),
     "hello-wait": hello_frames(_SESSION, 1, wait=True),
-    "hello-v2": hello_frames(_SESSION, 2, version=2),
+    "hello-v3": hello_frames(_SESSION, 2, version=3),
     "result": result_frames(3, _OBS2),
     "result-value": [
         result_frames(3, _OBS2, flags=FLAG_VALUE)[0],
@@ -648,9 +648,9 @@ NON_MEMBER_CASES = {
         "invalid",
         "space",
     ),
-    "HELLO with header version 2": (lambda s: hello_frames(s, 2, version=2), Kind.REFUSE, "version", "version"),
+    "HELLO with header version 3": (lambda s: hello_frames(s, 2, version=3), Kind.REFUSE, "version", "version"),
     "HELLO with header version 0": (lambda s: hello_frames(s, 2, version=0), Kind.REFUSE, "version", "version"),
-    "HELLO with protocol 2 in its body": (_hello_with(protocol=2), Kind.REFUSE, "version", "version"),
+    "HELLO with protocol 3 in its body": (_hello_with(protocol=3), Kind.REFUSE, "version", "version"),
     "HELLO with protocol '1' in its body": (_hello_with(protocol="1"), Kind.REFUSE, "version", "version"),
     "HELLO with another observation space": (
         _hello_with(observation_spaces=[codec.space_to_value(MOUNTAINCAR.observation_space)]),
@@ -678,8 +678,8 @@ NON_MEMBER_CASES = {
         "not a member",
     ),
     "RESULT from a non-member": (lambda s: result_frames(1, _OBS2), Kind.EVICT, None, "not a member"),
-    "RESULT with version 2 from a non-member": (
-        lambda s: result_frames(1, _OBS2, version=2),
+    "RESULT with version 3 from a non-member": (
+        lambda s: result_frames(1, _OBS2, version=3),
         Kind.EVICT,
         None,
         "not a member",
@@ -905,7 +905,7 @@ MALFORMED_REPLIES = {
     "unknown reply kind": _reply(kind=99),
     "wrong reply kind (CALL_RESULT)": _reply(kind=Kind.CALL_RESULT),
     "wrong reply kind (HELLO)": _reply(kind=Kind.HELLO),
-    "reply with protocol version 2": _reply(version=2),
+    "reply with protocol version 3": _reply(version=3),
 }
 
 
@@ -1382,7 +1382,7 @@ GARBAGE_COMMANDS = {
     "empty frame": ([b""], 0, "header frame of 0 bytes"),
     "short header": ([b"GR\x01"], 0, "header frame of 3 bytes"),
     "unknown kind": ([raw_header(99, seq=5)], 0, "unknown message kind 99"),
-    "protocol version 2": ([raw_header(Kind.STEP, seq=6, count=2, version=2), ACTIONS.tobytes()], 6, "version 2"),
+    "protocol version 3": ([raw_header(Kind.STEP, seq=6, count=2, version=3), ACTIONS.tobytes()], 6, "version 3"),
     "STEP action frame too short": (
         [raw_header(Kind.STEP, seq=7, count=2), b"\x01\x00\x00"],
         7,
@@ -1442,7 +1442,7 @@ def test_env_client_answers_garbage_with_errors_and_keeps_serving(stack, tmp_pat
 
     reference = [make_cartpole() for _ in range(2)]
     expected_obs = np.stack([env.reset(seed=seed)[0] for env, seed in zip(reference, (5, 6))])
-    server.send(protocol.message(Kind.RESET, {"seeds": [5, 6], "options": None, "mask": None}, seq=1, count=2))
+    server.send(protocol.message(Kind.RESET, {"seeds": [5, 6], "options": None}, seq=1, count=2))
     obs, rewards, terminated, truncated = _result(server.recv(), 1)
     np.testing.assert_array_equal(obs, expected_obs)
 
@@ -1491,7 +1491,7 @@ def test_env_client_ignores_garbage_before_its_welcome(stack, caplog):
     time.sleep(0.5)
     assert not victim.done, f"EnvClient.run() ended on garbage before WELCOME: {victim.error!r}"
     server.welcome(hello)
-    server.send(protocol.message(Kind.RESET, {"seeds": [1, 2], "options": None, "mask": None}, seq=1, count=2))
+    server.send(protocol.message(Kind.RESET, {"seeds": [1, 2], "options": None}, seq=1, count=2))
     reply = server.recv()
     while reply.kind == Kind.ERROR and reply.header.seq == 0:  # answering the garbage with ERROR is fine too
         reply = server.recv()

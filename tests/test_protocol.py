@@ -62,7 +62,7 @@ class Foo:
 def test_constants():
     assert HEADER_SIZE == 16
     assert MAGIC == b"GR"
-    assert PROTOCOL_VERSION == 1
+    assert PROTOCOL_VERSION == 2
     assert FLAG_VALUE == 1
     assert protocol.MAX_ENVS_PER_CLIENT == 0xFFFF
 
@@ -113,7 +113,7 @@ def test_pack_header_defaults():
 
 def test_header_layout_is_little_endian():
     frame = pack_header(Kind.STEP, seq=0x0102030405060708, count=0x0A0B, flags=0x0C0D)
-    assert frame == b"GR" + bytes([1, 11]) + bytes([0x0D, 0x0C, 0x0B, 0x0A]) + bytes([8, 7, 6, 5, 4, 3, 2, 1])
+    assert frame == b"GR" + bytes([2, 11]) + bytes([0x0D, 0x0C, 0x0B, 0x0A]) + bytes([8, 7, 6, 5, 4, 3, 2, 1])
 
 
 @PROPERTY
@@ -169,7 +169,7 @@ def test_unknown_kind_with_current_version_raises(kind):
         parse_header(frame)
 
 
-@pytest.mark.parametrize("version", [0, 2, 3, 255])
+@pytest.mark.parametrize("version", [0, 1, 3, 255])
 @pytest.mark.parametrize("kind", [0, 1, 20, 99, 255])
 def test_other_version_is_returned_not_raised(version, kind):
     frame = struct.pack("<2sBBHHQ", MAGIC, version, kind, 3, 4, 5)
