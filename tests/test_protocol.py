@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from gym_remote import protocol
 from gym_remote.errors import EncodeError, ProtocolError
 from gym_remote.protocol import (
+    FLAG_DTYPES,
+    FLAG_SUBSET,
     FLAG_VALUE,
     HEADER_SIZE,
     MAGIC,
@@ -24,10 +26,13 @@ from gym_remote.protocol import (
     Kind,
     ResultFrame,
     format_slots,
+    index_frame,
     kind_name,
     message,
     pack_header,
+    pack_step_header,
     parse_header,
+    parse_index_frame,
     parse_result_scalars,
     read_value,
     value_frames,
@@ -276,6 +281,71 @@ def test_property_result_frame_roundtrip(rows, seq, flags):
     assert rewards.tobytes() == np.array([row[0] for row in rows], "<f8").tobytes()
     assert terminated.tolist() == [row[1] for row in rows]
     assert truncated.tolist() == [row[2] for row in rows]
+
+
+@PROPERTY
+@given(
+    st.lists(st.tuples(st.floats(allow_nan=False), st.booleans(), st.booleans()), min_size=1, max_size=30),
+    st.data(),
+    U64,
+)
+def test_property_result_frame_subset_holds_the_selected_envs_in_order(rows, data, seq):
+    count = len(rows)
+    result = ResultFrame(count)
+    for index, (reward, term, trunc) in enumerate(rows):
+        result.rewards[index], result.terminated[index], result.truncated[index] = reward, term, trunc
+    indexes = data.draw(st.permutations(range(count)).flatmap(lambda p: st.just(p[: data.draw(st.integers(1, count))])))
+    frame = result.pack_subset(seq, FLAG_VALUE, np.asarray(indexes, dtype=np.intp))
+    assert parse_header(frame) == Header(PROTOCOL_VERSION, Kind.RESULT, FLAG_VALUE, len(indexes), seq)
+    rewards, terminated, truncated = parse_result_scalars(frame, len(indexes))
+    assert rewards.tolist() == [rows[index][0] for index in indexes]
+    assert terminated.tolist() == [rows[index][1] for index in indexes]
+    assert truncated.tolist() == [rows[index][2] for index in indexes]
+    assert result.rewards.tolist() == [row[0] for row in rows]  # the full frame is left as it was
+
+
+@PROPERTY
+@given(st.integers(1, 3000).flatmap(lambda k: st.tuples(st.just(k), st.permutations(range(k)))), st.data())
+def test_property_index_frame_roundtrip(hosted_and_order, data):
+    hosted, order = hosted_and_order
+    indexes = order[: data.draw(st.integers(1, min(hosted, 50)))]
+    frame = index_frame(indexes)
+    assert len(frame) == 2 * len(indexes)
+    assert parse_index_frame(frame, len(indexes), hosted) == list(indexes)
+
+
+@pytest.mark.parametrize(
+    "frame, count, hosted, problem",
+    [
+        (index_frame([0, 1]), 3, 4, "bytes"),  # too short for count
+        (index_frame([0, 1, 2]) + b"\x00", 3, 4, "bytes"),  # odd length
+        (index_frame([1, 1]), 2, 4, "distinct"),  # repeated
+        (index_frame([0, 4]), 2, 4, "below 4"),  # out of range
+        (index_frame([65535]), 1, 3, "below 3"),
+        (b"", 1, 1, "bytes"),
+    ],
+)
+def test_parse_index_frame_rejects_malformed_frames(frame, count, hosted, problem):
+    with pytest.raises(ProtocolError, match=problem):
+        parse_index_frame(frame, count, hosted)
+
+
+def test_message_with_indexes_carries_the_index_frame_before_the_value():
+    frames = message(Kind.RESET, {"seeds": [7, None], "options": None}, seq=5, count=2, indexes=[3, 0])
+    header = parse_header(frames[0])
+    assert header == Header(PROTOCOL_VERSION, Kind.RESET, FLAG_VALUE | FLAG_SUBSET, 2, 5)
+    assert parse_index_frame(frames[1], 2, 4) == [3, 0]
+    assert read_value(wire(frames[2:])) == {"seeds": [7, None], "options": None}
+    bare = message(Kind.STEP, seq=1, count=1, indexes=[2])
+    assert parse_header(bare[0]).flags == FLAG_SUBSET and parse_index_frame(bare[1], 1, 3) == [2]
+
+
+def test_step_header_subset_flag_combines_with_dtypes():
+    frame = pack_step_header(4, 2, [np.dtype("<f8")], subset=True)
+    header = parse_header(frame)
+    assert header.flags == FLAG_SUBSET | FLAG_DTYPES and header.count == 2
+    assert protocol.parse_step_dtypes(frame, 1) == [np.dtype("<f8")]
+    assert parse_header(pack_step_header(4, 2)).flags == 0
 
 
 @pytest.mark.parametrize("count", [0, 1, 5])
