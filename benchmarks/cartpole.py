@@ -10,11 +10,11 @@ and the ratio of each to AsyncVectorEnv. The full suite of cases lives in this f
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import gymnasium as gym
 import numpy as np
+from common import interleaved_medians, print_table
 
 from gym_remote import RemoteVectorEnv
 
@@ -40,7 +40,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     env_fns = [lambda: gym.make("CartPole-v1") for _ in range(args.num_envs)]
-    candidates = {
+    measure = lambda envs: steps_per_second(envs, args.steps)  # noqa: E731
+    cases = {
         "SyncVectorEnv": lambda: gym.vector.SyncVectorEnv(env_fns),
         "AsyncVectorEnv": lambda: gym.vector.AsyncVectorEnv(env_fns, shared_memory=True),
         "Remote, 1 client (ipc)": lambda: RemoteVectorEnv(env_fns, num_clients=1),
@@ -51,20 +52,9 @@ def main() -> None:
         ),
         f"Remote, {args.num_envs} clients (ipc)": lambda: RemoteVectorEnv(env_fns, num_clients=args.num_envs),
     }
-    results: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(args.repeats):
-        for name, make in candidates.items():
-            envs = make()
-            try:
-                results[name].append(steps_per_second(envs, args.steps))
-            finally:
-                envs.close()
-    medians = {name: statistics.median(values) for name, values in results.items()}
-    baseline = medians["AsyncVectorEnv"]
-    print(f"CartPole-v1, {args.num_envs} envs, median of {args.repeats} runs of {args.steps} steps")
-    print(f"{'vector env':32s} {'steps/s':>10s} {'x Async':>8s}")
-    for name, median in medians.items():
-        print(f"{name:32s} {median:10,.0f} {median / baseline:8.2f}")
+    medians = interleaved_medians({name: (make, measure) for name, make in cases.items()}, args.repeats)
+    title = f"CartPole-v1, {args.num_envs} envs, median of {args.repeats} runs of {args.steps} steps"
+    print_table(title, medians, "AsyncVectorEnv", "steps/s", "x Async")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,12 @@ shows env-steps per second (medians of ``--repeats`` interleaved runs) and the r
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+from common import Case, interleaved_medians, print_table
 
 from gym_remote import RemoteVectorEnv
 
@@ -83,29 +83,21 @@ def main() -> None:
     def remote(batch_size: int) -> RemoteVectorEnv:
         return RemoteVectorEnv(env_fns, num_clients=n, batch_size=batch_size)
 
-    cases: dict[str, tuple[Callable[[], RemoteVectorEnv], Callable[[RemoteVectorEnv, float], float]]] = {
-        "lock-step step()": (lambda: remote(n), lock_step),
-        f"send/recv, batch_size={n}": (lambda: remote(n), partial_batches),
-        f"send/recv, batch_size={n // 2}": (lambda: remote(n // 2), partial_batches),
-        f"send/recv, batch_size={max(1, n // 4)}": (lambda: remote(max(1, n // 4)), partial_batches),
+    def run(loop: Callable[[RemoteVectorEnv, float], float]) -> Callable[[RemoteVectorEnv], float]:
+        return lambda envs: loop(envs, args.seconds)
+
+    cases: dict[str, Case] = {
+        "lock-step step()": (lambda: remote(n), run(lock_step)),
+        f"send/recv, batch_size={n}": (lambda: remote(n), run(partial_batches)),
+        f"send/recv, batch_size={n // 2}": (lambda: remote(n // 2), run(partial_batches)),
+        f"send/recv, batch_size={max(1, n // 4)}": (lambda: remote(max(1, n // 4)), run(partial_batches)),
     }
-    results: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.repeats):
-        for name, (make, measure) in cases.items():
-            envs = make()
-            try:
-                results[name].append(measure(envs, args.seconds))
-            finally:
-                envs.close()
-    medians = {name: statistics.median(values) for name, values in results.items()}
-    baseline = medians["lock-step step()"]
-    print(
+    medians = interleaved_medians(cases, args.repeats)
+    title = (
         f"{n} envs, one client each: {n - n // 2} take {args.fast_ms:g} ms a step, {n // 2} take "
         f"{args.fast_ms * args.slowdown:g} ms; median of {args.repeats} runs of {args.seconds:g} s"
     )
-    print(f"{'RemoteVectorEnv':28s} {'env-steps/s':>12s} {'x lock-step':>12s}")
-    for name, median in medians.items():
-        print(f"{name:28s} {median:12,.0f} {median / baseline:12.2f}")
+    print_table(title, medians, "lock-step step()", "env-steps/s", "x lock-step")
 
 
 if __name__ == "__main__":

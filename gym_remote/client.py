@@ -146,7 +146,7 @@ class HostedEnvs:
             infos.append(info)
             self.autoreset[index] = terminated[index] or truncated[index]
         self.failed_index = None
-        self._gather_observations()
+        self._gather_observations(indexes)
         return infos, finals
 
     def reset(self, seeds: Sequence[int | None], options: dict | None, indexes: Sequence[int] | None) -> list[dict]:
@@ -162,7 +162,7 @@ class HostedEnvs:
             self.result.truncated[index] = False
             infos.append(info)
         self.failed_index = None
-        self._gather_observations()
+        self._gather_observations(indexes)
         return infos
 
     def call(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
@@ -189,9 +189,21 @@ class HostedEnvs:
             except Exception:  # closing must go on for the other envs
                 logger.exception("closing an env failed")
 
-    def _gather_observations(self) -> None:
-        if self.observations is not None:
+    def _gather_observations(self, indexes: Sequence[int] | None) -> None:
+        """Batch the observations of the envs ``indexes`` (all if None) into their rows of the arrays.
+
+        Only those rows: the other envs may never have been reset (a command for some envs).
+        """
+        if self.observations is None:
+            return
+        if indexes is None:
             concatenate(self.observation_space, self.env_obs, self.observations)
+            return
+        for index in indexes:
+            row = codec.leaves_to_batch(
+                self.observation_space, [leaf[index : index + 1] for leaf in self.observation_frames]
+            )
+            concatenate(self.observation_space, [self.env_obs[index]], row)
 
 
 class EnvClient:

@@ -391,10 +391,10 @@ class SlotServer:
                 message = None
             if message is not None:
                 self._dispatch(*message)
-            else:
-                self._checks()
-                if time.monotonic() > deadline:
-                    return False
+            # also while messages keep coming: a dead client among busy ones must still be noticed
+            self._checks()
+            if time.monotonic() > deadline and not done():
+                return False
         return True
 
     def abandon(self, exchange: Exchange) -> None:

@@ -7,9 +7,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +15,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError, ResetNeeded
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_differing_spaces, batch_space, concatenate, create_empty_array, iterate
+from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
-from gym_remote import codec, protocol
+from gym_remote import codec, commands, protocol
+from gym_remote.batch import ResultBatch
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError, RemoteTimeoutError
 from gym_remote.launch import LocalClients
-from gym_remote.protocol import FLAG_VALUE, Kind
+from gym_remote.partial import PartialBatches
+from gym_remote.protocol import Kind
 from gym_remote.security import (
     DEFAULT_HANDSHAKE_RATE,
     AuthorizedKeys,
@@ -96,6 +96,8 @@ class RemoteVectorEnv(VectorEnv):
             ``4 * num_envs + 64``); also the length of the waiting line.
         handshake_rate: connection handshakes per second one network address may start (bursts of
             twice as many); a flood beyond it is refused.
+        batch_size: how many slots' results :meth:`recv` returns (default ``num_envs``); see
+            :meth:`send` and :meth:`recv`, the partial batches of EnvPool.
 
     Example:
         >>> import gymnasium as gym
@@ -107,6 +109,17 @@ class RemoteVectorEnv(VectorEnv):
         >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
         >>> rewards
         array([1., 1., 1., 1.])
+        >>> envs.close()
+
+        Partial batches, as in EnvPool: each ``recv`` returns the first ``batch_size`` slots to finish.
+
+        >>> envs = RemoteVectorEnv([lambda: gym.make("CartPole-v1")] * 4, num_clients=2, batch_size=2)
+        >>> envs.async_reset(seed=42)
+        >>> obs, rewards, terminations, truncations, infos = envs.recv()
+        >>> obs.shape, infos["env_id"].shape
+        ((2, 4), (2,))
+        >>> import numpy as np
+        >>> envs.send(np.array([0, 1]), infos["env_id"])      # one action per returned slot
         >>> envs.close()
     """
 
@@ -185,13 +198,8 @@ class RemoteVectorEnv(VectorEnv):
         self._single_action_space: gym.Space | None = None
         self._observation_space: gym.Space | None = None
         self._action_space: gym.Space | None = None
-        self._rewards = np.zeros(self.num_envs, dtype=np.float64)
-        self._terminations = np.zeros(self.num_envs, dtype=np.bool_)
-        self._truncations = np.zeros(self.num_envs, dtype=np.bool_)
+        self._batch: ResultBatch | None = None  # the batch results land in (once the spaces are known)
         self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
-        self._env_obs: list[Any] = [None] * self.num_envs
-        self._slot_infos: dict[int, dict] = {}
-        self._slot_finals: dict[int, tuple[Any, dict]] = {}
         self._started = False  # the first reset() happened: a lost client now ends an episode
         self._lost_unreported: dict[int, str] = {}  # slots whose client was lost, to report in the next step
         self._local_served: dict[int, bool] = {}  # launch index -> whether its last process served a step
@@ -199,14 +207,7 @@ class RemoteVectorEnv(VectorEnv):
         self._waiting_for: str | None = None  # "step" or "reset"
         self._step_call: Exchange | None = None
         self._reset_call: _ResetCall | None = None
-        # send / recv (partial batches): where each slot's result is
-        self._busy = np.zeros(self.num_envs, dtype=np.bool_)  # sent, and not yet returned by recv()
-        self._in_flight: dict[int, Exchange] = {}  # slot -> the command computing its result
-        self._parked: dict[int, _Parked] = {}  # slot -> a command waiting for a client to serve the slot
-        self._ready: deque[int] = deque()  # slots whose results have arrived, in arrival order
-        self._partial: dict[Exchange, dict[bytes, _Plan]] = {}  # partial commands not yet settled
-        self._loss_reports: set[int] = set()  # slots whose next result reports their lost client
-        self._joined = False  # a client joined since parked commands were last dispatched
+        self._partial: PartialBatches | None = None  # send / recv
 
         try:
             if env_fns is not None:
@@ -240,6 +241,7 @@ class RemoteVectorEnv(VectorEnv):
                 max_connections=max_connections,
                 handshake_rate=handshake_rate,
             )
+            self._partial = PartialBatches(self._server, self.autoreset_mode, self._lost_unreported)
             self._server.on_first_spaces = self._adopt_first_client
             self._server.on_join = self._on_join
             self._server.on_lost = self._on_lost
@@ -272,7 +274,7 @@ class RemoteVectorEnv(VectorEnv):
     def _on_join(self, client: ClientInfo) -> None:
         if client.launch_index is not None:
             self._server.launch_failures.pop(client.launch_index, None)
-        self._joined = True
+        self._partial.joined = True
 
     def _on_lost(self, client: ClientInfo, reason: str) -> None:
         """A client is gone: its episodes end (reported by the next step) and its slots wait for a new client."""
@@ -280,9 +282,7 @@ class RemoteVectorEnv(VectorEnv):
             for slot in client.slots:
                 self._lost_unreported[slot] = reason
             self._server.quarantine(client.slots)  # no replacement before the loss is reported
-            in_flight = [slot for slot in client.slots if self._in_flight.pop(slot, None) is not None]
-            if in_flight:  # partial batches: their results are the reports of the loss
-                self._report_partial_losses(in_flight)
+            self._partial.on_lost(client)  # partial batches: results in flight report the loss
         if client.launch_index is not None and self._local is not None:
             self._local_served[client.launch_index] = client.steps > 0
             self._local.kill(client.launch_index)  # it is restarted once its process has ended
@@ -328,13 +328,8 @@ class RemoteVectorEnv(VectorEnv):
                 batch_space(single_observation_space, self.num_envs) if self.observation_mode == "same" else None
             )
         self._server.set_spaces(self._single_observation_space, single_action_space)
-        self._observations = create_empty_array(self._single_observation_space, n=self.num_envs, fn=np.zeros)
-        self._observation_is_array = codec.array_leaf_spaces(self._single_observation_space) is not None
-        self._server.set_observation_buffers(
-            codec.batch_leaves(self._single_observation_space, self._observations)
-            if self._observation_is_array
-            else None
-        )
+        self._batch = self._partial.batch = ResultBatch(self._single_observation_space, self.num_envs)
+        self._server.set_observation_buffers(self._batch.leaves)
         self._action_leaf_spaces = codec.array_leaf_spaces(single_action_space)
 
     def _ensure_spaces(self) -> None:
@@ -468,8 +463,7 @@ class RemoteVectorEnv(VectorEnv):
             _check_reset_mask(reset_mask, self.num_envs)
         self._ensure_spaces()
         slots = list(range(self.num_envs)) if reset_mask is None else np.flatnonzero(reset_mask).tolist()
-        self._slot_infos.clear()
-        self._slot_finals.clear()
+        self._batch.clear_infos()
         self._reset_call = self._start_reset(slots, seed, options, "reset")
         self._waiting_for = "reset"
 
@@ -488,13 +482,13 @@ class RemoteVectorEnv(VectorEnv):
         self._check_waiting("reset", "reset_wait", "reset_async")
         call, self._reset_call, self._waiting_for = self._reset_call, None, None
         self._finish_reset(call, timeout)
-        slots = call.slots
-        self._terminations[slots] = False
-        self._truncations[slots] = False
+        batch, slots = self._batch, call.slots
+        batch.terminations[slots] = False
+        batch.truncations[slots] = False
         self._autoreset_envs[slots] = False
         self._start_episodes()
-        self._gather_observations()
-        return self._observations_out(), self._collect_infos()
+        batch.gather()
+        return batch.observations_out(self.copy), batch.infos()
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env with its action; as ``SyncVectorEnv.step`` (autoreset happens in the clients).
@@ -521,16 +515,15 @@ class RemoteVectorEnv(VectorEnv):
                 f"autoreset_mode=DISABLED and the episodes of slots {np.flatnonzero(self._autoreset_envs).tolist()} "
                 "have ended: reset them with reset(options={'reset_mask': mask}) before stepping"
             )
-        build = self._array_step_builder(actions, self.num_envs, _whole) or self._value_step_builder(
-            actions, self.num_envs, _whole
-        )
-        self._slot_infos.clear()
-        self._slot_finals.clear()
+        build = commands.step(
+            actions, self.num_envs, self._single_action_space, self._action_leaf_spaces, self._action_space
+        )(commands.whole)
+        self._batch.clear_infos()
         stepped = self._wait_for_clients(lambda: [s for s in range(self.num_envs) if s not in self._lost_unreported])
         self._step_call = self._server.start(
             self._server.clients_of(stepped),
             build,
-            lambda client, header, frame: self._read_result(client, header, frame, "step"),
+            lambda client, header, frame: self._batch.read_result(self._server, client, header, frame, "step"),
             reply_kind=Kind.RESULT,
             what="step",
         )
@@ -553,15 +546,10 @@ class RemoteVectorEnv(VectorEnv):
         timeout = self.timeout if timeout is None else timeout
         self._server.finish(exchange, time.monotonic() + timeout, timeout)
         self._report_lost_slots()
-        self._gather_observations()
-        np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
-        return (
-            self._observations_out(),
-            np.copy(self._rewards),
-            np.copy(self._terminations),
-            np.copy(self._truncations),
-            self._collect_infos(),
-        )
+        batch = self._batch
+        batch.gather()
+        np.logical_or(batch.terminations, batch.truncations, out=self._autoreset_envs)
+        return batch.step_results(self.copy)
 
     # -- partial batches (EnvPool's send / recv) --------------------------------------------------
 
@@ -579,7 +567,7 @@ class RemoteVectorEnv(VectorEnv):
         seed = self._seeds(seed)
         if options is not None and "reset_mask" in options:
             raise ValueError("async_reset() resets every slot; options['reset_mask'] is for reset()")
-        outstanding = sorted(self._in_flight.keys() | self._parked.keys())
+        outstanding = self._partial.outstanding()
         if outstanding:
             raise AlreadyPendingCallError(
                 f"Calling `async_reset` while slots {protocol.format_slots(outstanding)} still have results "
@@ -587,20 +575,14 @@ class RemoteVectorEnv(VectorEnv):
                 "recv",
             )
         self._ensure_spaces()
-        slots = list(range(self.num_envs))
-        self._ready.clear()
-        self._loss_reports.clear()
-        self._slot_infos.clear()
-        self._slot_finals.clear()
-        self._busy[:] = True
-        self._terminations[:] = False
-        self._truncations[:] = False
+        batch = self._batch
+        batch.clear_infos()
+        batch.terminations[:] = False
+        batch.truncations[:] = False
         self._autoreset_envs[:] = False
-        self._free_for_reset(set(slots), drop_reports=True)
+        self._free_for_reset(set(range(self.num_envs)), drop_reports=True)
         self._start_episodes()
-        for slot in slots:
-            self._parked[slot] = _Parked(Kind.RESET, seed[slot], options)
-        self._dispatch_parked()
+        self._partial.reset_all(seed, options)
 
     def send(self, actions: Any, env_id: Any = None) -> None:
         """Send ``actions`` to the slots ``env_id`` (all if None) and return at once (EnvPool's ``send``).
@@ -618,30 +600,16 @@ class RemoteVectorEnv(VectorEnv):
         if not self._started:
             raise ResetNeeded("Calling `send` before the slots were reset: call async_reset() (or reset()) first")
         ids = _env_ids(env_id, self.num_envs)
-        busy = ids[self._busy[ids]]
+        busy = ids[self._partial.busy[ids]]
         if len(busy):
             raise ValueError(
                 f"send(): slots {protocol.format_slots(sorted(busy.tolist()))} already have an action in flight or a "
                 "result that recv() has not returned"
             )
-        slots = ids.tolist()
-        reporting = [slot for slot in slots if slot in self._lost_unreported]  # the action is not needed
-        served = [(slot, row) for row, slot in enumerate(slots) if slot not in reporting and self._server.slots[slot]]
-        unserved = [
-            (slot, row) for row, slot in enumerate(slots) if slot not in reporting and not self._server.slots[slot]
-        ]
-        plans = self._plans(*zip(*served)) if served else {}
-        build = self._array_step_builder(actions, len(slots), _lookup(plans)) or self._value_step_builder(
-            actions, len(slots), _lookup(plans)
-        )
-        per_env = list(iterate(batch_space(self._single_action_space, len(slots)), actions)) if unserved else []
-        self._busy[ids] = True
-        self._report_partial_losses(reporting)
-        for slot, row in unserved:  # parked until a client serves the slot
-            self._parked[slot] = _Parked(Kind.STEP, per_env[row])
-        if plans:
-            self._start_partial(Kind.STEP, plans, build, "step")
-        self._dispatch_parked()
+        count, space = len(ids), self._single_action_space
+        batched = self._action_space if count == self.num_envs else batch_space(space, count)
+        messages = commands.step(actions, count, space, self._action_leaf_spaces, batched)
+        self._partial.send(ids.tolist(), messages, lambda: list(iterate(batched, actions)))
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The results of ``batch_size`` slots, as soon as that many have arrived (EnvPool's ``recv``).
@@ -662,31 +630,12 @@ class RemoteVectorEnv(VectorEnv):
             RemoteTimeoutError: fewer than ``batch_size`` results came in time.
         """
         self._check_partial("recv")
-        outstanding = int(np.count_nonzero(self._busy))
+        outstanding = int(np.count_nonzero(self._partial.busy))
         if not outstanding:
             raise NoAsyncCallError(
                 "Calling `recv` with no slot in flight: send() actions (or async_reset()) first", "send"
             )
-        size = min(self.batch_size, outstanding)
-        timeout = self.timeout if timeout is None else timeout
-        self._dispatch_parked()
-
-        def done() -> bool:
-            if self._joined and self._parked:
-                self._dispatch_parked()
-            return len(self._ready) >= size or any(exchange.errors for exchange in self._partial)
-
-        arrived = self._server.wait(done, time.monotonic() + timeout)
-        self._settle_partial()
-        if not arrived:
-            parked = sorted(self._parked)
-            raise RemoteTimeoutError(
-                f"recv() timed out after {timeout:g} s: {len(self._ready)} of batch_size={size} results arrived; "
-                f"slots {protocol.format_slots(sorted(self._in_flight))} are still working"
-                + (f", slots {protocol.format_slots(parked)} wait for a client" if parked else "")
-                + " (they stay in flight: a later recv() returns them)"
-            )
-        return self._take_batch([self._ready.popleft() for _ in range(size)])
+        return self._partial.recv(min(self.batch_size, outstanding), self.timeout if timeout is None else timeout)
 
     def render(self) -> tuple[Any, ...]:
         """The sub-envs' rendered frames, one per slot."""
@@ -760,8 +709,8 @@ class RemoteVectorEnv(VectorEnv):
     def _check_idle(self, name: str) -> None:
         """Refuse a lock-step call while any call, lock-step or partial, has results outstanding."""
         self._check_no_call(name)
-        if self._busy.any():
-            slots = protocol.format_slots(np.flatnonzero(self._busy).tolist())
+        if self._partial.busy.any():
+            slots = protocol.format_slots(np.flatnonzero(self._partial.busy).tolist())
             raise AlreadyPendingCallError(
                 f"Calling `{name}` while partial batches are under way: slots {slots} have results that recv() "
                 "has not returned yet; recv() them first",
@@ -837,14 +786,14 @@ class RemoteVectorEnv(VectorEnv):
         served = [slot for slot in sorted(call.remaining) if self._server.slots[slot] is not None]
         if not served:
             return
-        plans = self._plans(served)
+        plans = commands.plans_for(self._server.slots, served)
 
         def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
             plan = plans[client.identity]
-            self._read_result(client, header, frame, call.what, plan)
+            self._batch.read_result(self._server, client, header, frame, call.what, plan)
             call.remaining.difference_update(plan.slots)
 
-        build = self._reset_builder(call.seed, call.options, _lookup(plans))
+        build = commands.reset(call.seed, call.options, commands.lookup(plans))
         call.exchange = self._server.start(
             self._server.clients_of(served), build, on_reply, reply_kind=Kind.RESULT, what=call.what
         )
@@ -854,8 +803,9 @@ class RemoteVectorEnv(VectorEnv):
         total = self.connect_timeout + self.timeout if timeout is None else timeout
         deadline = time.monotonic() + total
         while True:
-            if call.exchange is not None:
-                round_timeout = min(self.timeout, max(0.0, deadline - time.monotonic()))
+            if call.exchange is not None:  # each round waits at most `timeout` (or what is left of the given one)
+                left = max(0.0, deadline - time.monotonic())
+                round_timeout = min(self.timeout, left) if timeout is None else left
                 exchange, call.exchange = call.exchange, None
                 self._server.finish(exchange, time.monotonic() + round_timeout, round_timeout)
             if not call.remaining:
@@ -874,40 +824,6 @@ class RemoteVectorEnv(VectorEnv):
         """Reset the envs of ``slots``, waiting for clients where needed, again where a client is lost meanwhile."""
         self._finish_reset(self._start_reset(slots, seed, options, what, drop_reports))
 
-    def _reset_builder(
-        self, seed: list | None, options: Any, plan_of: Callable[[ClientInfo], _Plan]
-    ) -> Callable[[ClientInfo, int], list[Any]]:
-        """RESET commands: slot ``s`` seeded with ``seed[s]``; each client resets its slots in ``plan_of``."""
-
-        def build(client: ClientInfo, seq: int) -> list[Any]:
-            plan = plan_of(client)
-            command = {"seeds": [None if seed is None else seed[slot] for slot in plan.slots], "options": options}
-            return _command(Kind.RESET, client, seq, command, lambda path: _reset_label(plan.slots, path), plan.indexes)
-
-        return build
-
-    def _plans(self, slots: Sequence[int], rows: Sequence[int] | None = None) -> dict[bytes, _Plan]:
-        """What each client serving ``slots`` is asked for: its slots among them, in its own env order.
-
-        ``rows[i]``: the row of ``slots[i]`` in the batch of actions sent (default: ``i``).
-        """
-        grouped: dict[bytes, list[tuple[int, int, int]]] = {}
-        for position, slot in enumerate(slots):
-            client = self._server.slots[slot]
-            index = client.slots.index(slot)
-            grouped.setdefault(client.identity, []).append((index, slot, position if rows is None else rows[position]))
-        plans = {}
-        for identity, entries in grouped.items():
-            entries.sort()
-            indexes = [index for index, _, _ in entries]
-            whole = indexes == list(range(len(self._server.clients[identity].slots)))
-            plans[identity] = _Plan(
-                [slot for _, slot, _ in entries],
-                np.asarray([row for _, _, row in entries], dtype=np.intp),
-                None if whole else indexes,
-            )
-        return plans
-
     def _free_for_reset(self, slots: set[int], drop_reports: bool) -> None:
         """Slots about to be reset may take a new client now, even if they just lost one.
 
@@ -925,160 +841,26 @@ class RemoteVectorEnv(VectorEnv):
         lost = sorted(self._lost_unreported)
         if not lost:
             return
+        batch = self._batch
         for slot in lost:
-            self._slot_infos[slot] = {}
-            self._slot_finals.pop(slot, None)
+            batch.slot_infos[slot] = {}
+            batch.slot_finals.pop(slot, None)
         self._server.release(lost)
         if self.autoreset_mode is AutoresetMode.SAME_STEP:  # the next episode starts now, with a replacement
             for slot in lost:
-                self._slot_finals[slot] = (self._last_observation(slot), {"client_lost": True})
+                batch.slot_finals[slot] = (batch.last_observation(slot), {"client_lost": True})
             self._reset_slots(lost, None, None, "the reset of a replacement client", drop_reports=False)
-        self._rewards[lost] = 0.0
-        self._terminations[lost] = False
-        self._truncations[lost] = True
+        batch.rewards[lost] = 0.0
+        batch.terminations[lost] = False
+        batch.truncations[lost] = True
         for slot in lost:
-            self._slot_infos[slot] = {**self._slot_infos[slot], "client_lost": True}
+            batch.slot_infos[slot] = {**batch.slot_infos[slot], "client_lost": True}
             self._lost_unreported.pop(slot, None)
         logger.info("slots %s: episodes truncated, their client was lost", protocol.format_slots(lost))
 
-    def _last_observation(self, slot: int) -> Any:
-        """A copy of the last observation the batch holds for ``slot``."""
-        if not self._observation_is_array:
-            return deepcopy(self._env_obs[slot])
-        leaves = codec.batch_leaves(self._single_observation_space, self._observations)
-        return codec.leaves_to_batch(self._single_observation_space, [leaf[slot].copy() for leaf in leaves])
-
-    def _array_step_builder(
-        self, actions: Any, count: int, plan_of: Callable[[ClientInfo], _Plan]
-    ) -> Callable[[ClientInfo, int], list[Any]] | None:
-        """STEP commands carrying the actions (a batch of ``count``) as array frames, or None when they
-        must travel as values. Each client gets the rows its plan names.
-
-        The envs get exactly what ``SyncVectorEnv`` would give them: rows of the arrays passed in, in
-        their own dtype. Anything but well-shaped numpy arrays (lists, scalars, odd shapes) takes the
-        value path, where :func:`iterate` splits the actions as ``SyncVectorEnv`` does.
-        """
-        if self._action_leaf_spaces is None:
-            return None
-        try:
-            values = codec.batch_leaves(self._single_action_space, actions)
-        except (KeyError, TypeError, IndexError, ValueError):
-            return None
-        leaves = []
-        for space, value in zip(self._action_leaf_spaces, values, strict=True):
-            if (
-                type(value) is not np.ndarray
-                or value.shape != (count, *space.shape)
-                or not codec.dtype_travels(value.dtype)
-            ):
-                return None
-            leaves.append(np.ascontiguousarray(value))
-        dtypes = [leaf.dtype for leaf in leaves]
-        own_dtypes = all(dtype == space.dtype for dtype, space in zip(dtypes, self._action_leaf_spaces, strict=True))
-
-        def build(client: ClientInfo, seq: int) -> list[Any]:
-            plan = plan_of(client)
-            subset = plan.indexes is not None
-            header = protocol.pack_step_header(seq, len(plan.slots), None if own_dtypes else dtypes, subset=subset)
-            index_frames = [protocol.index_frame(plan.indexes)] if subset else []
-            return [header, *index_frames, *[leaf[plan.rows] for leaf in leaves]]
-
-        return build
-
-    def _value_step_builder(
-        self, actions: Any, count: int, plan_of: Callable[[ClientInfo], _Plan]
-    ) -> Callable[[ClientInfo, int], list[Any]]:
-        """STEP commands carrying each env's action as an encoded value, split by :func:`iterate`."""
-        space = self._action_space if count == self.num_envs else batch_space(self._single_action_space, count)
-        per_env = list(iterate(space, actions))
-        if len(per_env) != count:
-            raise ValueError(f"expected actions for {count} envs, got {len(per_env)}")
-        return self._listed_step_builder(per_env, plan_of)
-
-    def _gather_observations(self) -> None:
-        if not self._observation_is_array:
-            self._observations = concatenate(self._single_observation_space, self._env_obs, self._observations)
-
-    def _read_result(
-        self, client: ClientInfo, header: protocol.Header, frame: bytes, what: str, plan: _Plan | None = None
-    ) -> None:
-        """Land one client's RESULT in the batch: arrays in place, infos kept per slot for _collect_infos.
-
-        ``plan``: the slots the command was for, when not all of the client's.
-        """
-        whole = plan is None or plan.indexes is None
-        slots = client.slots if whole else plan.slots
-        count = len(slots)
-        if header.count != count:
-            raise ProtocolError(f"RESULT for {header.count} envs, the command was for {count}")
-        rewards, terminations, truncations = protocol.parse_result_scalars(frame, count)
-        server = self._server
-        if whole:
-            rows, targets = client.rows, client.observation_targets
-        else:
-            rows = np.asarray(slots, dtype=np.intp)
-            targets = [np.empty((count, *leaf.shape[1:]), leaf.dtype) for leaf in server.observation_leaves or ()]
-        server.recv_into(targets, what)
-        self._rewards[rows] = rewards
-        self._terminations[rows] = terminations
-        self._truncations[rows] = truncations
-        if header.flags & FLAG_VALUE:
-            self._read_result_value(slots, server.recv_value(client, header))
-        elif server.has_more():
-            raise ProtocolError("RESULT has frames after its observations but no value section")
-        elif not self._observation_is_array:
-            raise ProtocolError("RESULT lacks the value section that carries its observations")
-        if (not whole or client.slot_slice is None) and self._observation_is_array:
-            for leaf, target in zip(server.observation_leaves, targets, strict=True):
-                leaf[rows] = target
-        client.steps += 1
-
-    def _read_result_value(self, slots: list[int], extra: Any) -> None:
-        """The optional part of a RESULT for ``slots``: observations that are not arrays, infos, final observations."""
-        count = len(slots)
-        if not isinstance(extra, dict):
-            raise ProtocolError("the RESULT value section must be a dict")
-        observations = _checked_list(extra.get("obs"), count, "obs")
-        if not self._observation_is_array and observations is None:
-            raise ProtocolError(f"RESULT must carry a list of {count} observations")
-        infos = _checked_list(extra.get("infos"), count, "infos")
-        finals = _checked_list(extra.get("final"), count, "final")
-        for index, slot in enumerate(slots):
-            if observations is not None:
-                self._env_obs[slot] = observations[index]
-            if infos is not None and infos[index]:
-                if not isinstance(infos[index], dict):
-                    raise ProtocolError(f"the info of env {index} is not a dict")
-                self._slot_infos[slot] = infos[index]
-            if finals is not None and finals[index] is not None:
-                final = finals[index]
-                if not isinstance(final, tuple) or len(final) != 2 or not isinstance(final[1], dict):
-                    raise ProtocolError(f"final of env {index} must be a (final_obs, final_info) pair")
-                self._slot_finals[slot] = final
-
-    def _collect_infos(self, batch: Sequence[int] | None = None) -> dict[str, Any]:
-        """Batch the per-slot infos with ``_add_info``, as ``SyncVectorEnv`` does: of every slot in slot order,
-        or of the slots ``batch`` (a partial batch, in its order; their infos are then consumed)."""
-        infos: dict[str, Any] = {}
-        if batch is None:
-            order = [(slot, slot) for slot in sorted(self._slot_infos.keys() | self._slot_finals.keys())]
-            batcher: Any = self
-            final_of, info_of = self._slot_finals.get, self._slot_infos.get
-        else:
-            order, batcher = list(enumerate(batch)), _InfoBatcher(len(batch))
-            final_of, info_of = self._slot_finals.pop, self._slot_infos.pop
-        for position, slot in order:
-            final = final_of(slot, None)
-            if final is not None:
-                infos = batcher._add_info(infos, {"final_obs": final[0], "final_info": final[1]}, position)
-            infos = batcher._add_info(infos, info_of(slot, {}), position)
-        return infos
-
     def _call_clients(self, kind: Kind, command_for: Callable[[ClientInfo], dict], what: str) -> tuple[Any, ...]:
         results: list[Any] = [None] * self.num_envs
-
-        def build(client: ClientInfo, seq: int) -> list[Any]:
-            return _command(kind, client, seq, command_for(client), lambda path: _call_label(client, what, path))
+        build = commands.call(kind, what, command_for)
 
         def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
             reply = self._server.recv_value(client, header)
@@ -1104,175 +886,6 @@ class RemoteVectorEnv(VectorEnv):
             raise ClientLostError(f"{what} failed: the clients of slots {protocol.format_slots(slots)} were lost")
         return tuple(results)
 
-    def _observations_out(self) -> Any:
-        return deepcopy(self._observations) if self.copy else self._observations
-
-    # -- partial-batch internals -------------------------------------------------------------------
-
-    def _start_partial(
-        self, kind: Kind, plans: dict[bytes, _Plan], build: Callable[[ClientInfo, int], list[Any]], what: str
-    ) -> None:
-        """Send a command for some slots; their results land and queue up for :meth:`recv` as they arrive."""
-
-        def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
-            slots = plans[client.identity].slots
-            for slot in slots:
-                self._slot_infos.pop(slot, None)
-                if slot not in self._loss_reports:
-                    self._slot_finals.pop(slot, None)
-            self._read_result(client, header, frame, what, plans[client.identity])
-            reports = self._loss_reports.intersection(slots)
-            if reports:  # the reset of a replacement client, in SAME_STEP mode
-                self._loss_reports.difference_update(reports)
-                for slot in reports:
-                    self._slot_infos[slot] = {**self._slot_infos.get(slot, {}), "client_lost": True}
-                self._truncations[sorted(reports)] = True
-            for slot in slots:
-                self._in_flight.pop(slot, None)
-                self._ready.append(slot)
-
-        clients = [self._server.clients[identity] for identity in plans]
-        exchange = self._server.start(clients, build, on_reply, reply_kind=Kind.RESULT, what=what)
-        self._partial[exchange] = plans
-        for client in clients:
-            if client.identity in exchange.pending:
-                for slot in plans[client.identity].slots:
-                    self._in_flight[slot] = exchange
-        for client in exchange.lost:  # lost while sending: their slots report the loss
-            self._report_partial_losses(
-                [slot for slot in plans[client.identity].slots if slot in self._lost_unreported]
-            )
-
-    def _report_partial_losses(self, slots: list[int]) -> None:
-        """The results of ``slots``, whose client was lost: truncated, ``client_lost`` in their infos.
-
-        In SAME_STEP mode the result waits for a replacement client's reset (its observation starts the
-        next episode, the last one is ``final_obs``).
-        """
-        if not slots:
-            return
-        for slot in slots:
-            self._lost_unreported.pop(slot, None)
-            self._slot_infos.pop(slot, None)
-            self._slot_finals.pop(slot, None)
-        logger.info("slots %s: episodes truncated, their client was lost", protocol.format_slots(sorted(slots)))
-        if self.autoreset_mode is AutoresetMode.SAME_STEP:
-            for slot in slots:
-                self._slot_finals[slot] = (self._last_observation(slot), {"client_lost": True})
-                self._loss_reports.add(slot)
-                self._parked[slot] = _Parked(Kind.RESET)
-        else:
-            self._rewards[slots] = 0.0
-            self._terminations[slots] = False
-            self._truncations[slots] = True
-            for slot in slots:
-                self._slot_infos[slot] = {"client_lost": True}
-                self._ready.append(slot)
-        self._server.release(slots)
-
-    def _dispatch_parked(self) -> None:
-        """Send the parked commands of the slots that have a client now."""
-        self._joined = False
-        due = [slot for slot in sorted(self._parked) if self._server.slots[slot] is not None]
-        if not due:
-            return
-        commands = [(slot, self._parked.pop(slot)) for slot in due]
-        resets = [(slot, parked) for slot, parked in commands if parked.kind == Kind.RESET]
-        steps = [(slot, parked) for slot, parked in commands if parked.kind == Kind.STEP]
-        for options in {id(parked.options): parked.options for _, parked in resets}.values():
-            group = [(slot, parked) for slot, parked in resets if parked.options is options]
-            seed = [None] * self.num_envs
-            for slot, parked in group:
-                seed[slot] = parked.seed
-            plans = self._plans([slot for slot, _ in group])
-            self._start_partial(Kind.RESET, plans, self._reset_builder(seed, options, _lookup(plans)), "reset")
-        if steps:
-            plans = self._plans([slot for slot, _ in steps])
-            actions = [parked.action for _, parked in steps]
-            self._start_partial(Kind.STEP, plans, self._listed_step_builder(actions, _lookup(plans)), "step")
-
-    def _listed_step_builder(
-        self, actions: list[Any], plan_of: Callable[[ClientInfo], _Plan]
-    ) -> Callable[[ClientInfo, int], list[Any]]:
-        """STEP commands for actions already split per env (``actions[row]``), sent as values."""
-
-        def build(client: ClientInfo, seq: int) -> list[Any]:
-            plan = plan_of(client)
-            rows = plan.rows
-            command = {"actions": actions[rows] if isinstance(rows, slice) else [actions[row] for row in rows]}
-            return _command(
-                Kind.STEP,
-                client,
-                seq,
-                command,
-                lambda path: f"the action for slot {plan.slots[path[1][0]]}{protocol.path_text(path[2:])}",
-                plan.indexes,
-            )
-
-        return build
-
-    def _settle_partial(self) -> None:
-        """Forget the partial commands that are over; raise the first env error one of them reported."""
-        error = None
-        for exchange in list(self._partial):
-            plans = self._partial[exchange]
-            for client, failure in exchange.errors:
-                for slot in plans[client.identity].slots:  # no result: the slot takes actions again
-                    if self._in_flight.get(slot) is exchange:
-                        del self._in_flight[slot]
-                        self._busy[slot] = False
-                error = error or failure
-            exchange.errors.clear()
-            if not exchange.pending:
-                del self._partial[exchange]
-        if error is not None:
-            raise error
-
-    def _take_batch(self, slots: list[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """The results of ``slots`` (a partial batch, in this order), which are then no longer busy."""
-        ids = np.asarray(slots, dtype=np.int32)
-        self._busy[ids] = False
-        space = self._single_observation_space
-        if self._observation_is_array:
-            leaves = codec.batch_leaves(space, self._observations)
-            observations = codec.leaves_to_batch(space, [leaf[ids] for leaf in leaves])
-        else:
-            empty = create_empty_array(space, n=len(slots), fn=np.zeros)
-            observations = deepcopy(concatenate(space, [self._env_obs[slot] for slot in slots], empty))
-        infos = self._collect_infos(slots)
-        infos["env_id"] = ids
-        return observations, self._rewards[ids], self._terminations[ids], self._truncations[ids], infos
-
-
-@dataclass
-class _Plan:
-    """What one command asks of one client: ``slots`` (in message order), their ``rows`` in the batch
-    of actions, and their env ``indexes`` in the client (None: all its envs, in order)."""
-
-    slots: list[int]
-    rows: slice | np.ndarray
-    indexes: list[int] | None
-
-
-def _whole(client: ClientInfo) -> _Plan:
-    """The plan of a command for all of a client's envs."""
-    return _Plan(client.slots, client.rows, None)
-
-
-def _lookup(plans: dict[bytes, _Plan]) -> Callable[[ClientInfo], _Plan]:
-    return lambda client: plans[client.identity]
-
-
-@dataclass
-class _Parked:
-    """A command for a slot without a client, sent when one serves it: a RESET (with its seed and
-    options) or a STEP (with the slot's action)."""
-
-    kind: Kind
-    seed: int | None = None
-    options: Any = None
-    action: Any = None
-
 
 @dataclass(eq=False)
 class _ResetCall:
@@ -1285,15 +898,6 @@ class _ResetCall:
     what: str
     drop_reports: bool
     exchange: Exchange | None = None
-
-
-class _InfoBatcher:
-    """Gymnasium's ``VectorEnv._add_info`` for a batch of ``size`` envs (a partial batch is smaller than the vector)."""
-
-    _add_info = VectorEnv._add_info
-
-    def __init__(self, size: int) -> None:
-        self.num_envs = size
 
 
 def _env_ids(env_id: Any, num_envs: int) -> np.ndarray:
@@ -1312,36 +916,6 @@ def _env_ids(env_id: Any, num_envs: int) -> np.ndarray:
     if len(np.unique(ids)) != len(ids):
         raise ValueError(f"env_id names a slot twice: {ids.tolist()}")
     return ids.astype(np.intp)
-
-
-def _command(
-    kind: Kind,
-    client: ClientInfo,
-    seq: int,
-    command: dict,
-    label: protocol.Label,
-    indexes: list[int] | None = None,
-) -> list[Any]:
-    """A command message for ``client``'s envs (those ``indexes`` if given), pickling only if it is trusted."""
-    count = client.count if indexes is None else len(indexes)
-    return protocol.message(
-        kind, command, seq=seq, count=count, allow_pickle=client.trusted, label=label, indexes=indexes
-    )
-
-
-def _reset_label(slots: list[int], path: tuple[tuple[Any, str], ...]) -> str:
-    if path[0][0] == "options":
-        return "reset options" + protocol.path_text(path[1:])
-    return f"the reset {path[0][0]} for slot {slots[path[1][0]]}"
-
-
-def _call_label(client: ClientInfo, what: str, path: tuple[tuple[Any, str], ...]) -> str:
-    field, rest = path[0][0], protocol.path_text(path[2:])
-    if field == "args":
-        return f"argument {path[1][0]} of {what}{rest}"
-    if field == "kwargs":
-        return f"keyword argument {path[1][0]!r} of {what}{rest}"
-    return f"the value for slot {client.slots[path[1][0]]} in {what}{rest}"
 
 
 def _security(
@@ -1392,9 +966,3 @@ def _check_reset_mask(reset_mask: Any, num_envs: int) -> None:
             "`options['reset_mask']` must contain a boolean array with at least one True value, "
             f"got reset_mask={reset_mask}"
         )
-
-
-def _checked_list(value: Any, count: int, name: str) -> list | None:
-    if value is not None and (not isinstance(value, list) or len(value) != count):
-        raise ProtocolError(f"RESULT {name} must be a list of {count} entries")
-    return value

@@ -49,7 +49,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from gym_remote import GymRemoteError, RemoteTimeoutError, RemoteVectorEnv, codec, protocol
-from gym_remote.protocol import FLAG_DTYPES, FLAG_VALUE, Kind, format_slots
+from gym_remote.protocol import FLAG_DTYPES, FLAG_SUBSET, FLAG_VALUE, Kind, format_slots
 from tests.factories import make_cartpole
 from tests.helpers import ThreadClient, cartpole_server, hello_frames, hello_value, raw_header
 
@@ -1427,6 +1427,40 @@ GARBAGE_COMMANDS = {
     "WELCOME after joining": (protocol.message(Kind.WELCOME, {"slots": [5]}, seq=24), 24, "unexpected WELCOME"),
     "HELLO from the server": ([raw_header(Kind.HELLO, seq=25)], 25, "unexpected HELLO"),
     "EVICT with garbage": ([raw_header(Kind.EVICT, seq=26, flags=FLAG_VALUE), b"{nope"], 26, "malformed value"),
+    "STEP subset without its index frame": (
+        [raw_header(Kind.STEP, seq=28, count=1, flags=FLAG_SUBSET)],
+        28,
+        "lacks its index frame",
+    ),
+    "STEP subset naming an env twice": (
+        [raw_header(Kind.STEP, seq=29, count=2, flags=FLAG_SUBSET), protocol.index_frame([1, 1]), ACTIONS.tobytes()],
+        29,
+        "distinct",
+    ),
+    "STEP subset naming an env the client lacks": (
+        [raw_header(Kind.STEP, seq=30, count=1, flags=FLAG_SUBSET), protocol.index_frame([2]), ACTIONS[:1].tobytes()],
+        30,
+        "below 2",
+    ),
+    "STEP subset for 3 of 2 envs": (
+        [raw_header(Kind.STEP, seq=31, count=3, flags=FLAG_SUBSET), protocol.index_frame([0, 1, 0])],
+        31,
+        "distinct",
+    ),
+    "RESET subset with an odd index frame": (
+        [raw_header(Kind.RESET, seq=32, count=1, flags=FLAG_SUBSET | FLAG_VALUE), b"\x00", b'{"seeds": ["l", 1]}'],
+        32,
+        "index frame",
+    ),
+    "RESET subset with seeds for 2 of 1 envs": (
+        [
+            raw_header(Kind.RESET, seq=33, count=1, flags=FLAG_SUBSET | FLAG_VALUE),
+            protocol.index_frame([1]),
+            b'{"seeds": ["l", 1, 2], "options": null}',
+        ],
+        33,
+        "list of 1 seeds",
+    ),
 }
 
 
@@ -1471,6 +1505,19 @@ def test_env_client_answers_garbage_with_errors_and_keeps_serving(stack, tmp_pat
         env_obs, env_reward, env_terminated, env_truncated, _ = env.step(int(ACTIONS[index]))
         np.testing.assert_array_equal(obs[index], env_obs)
         assert (rewards[index], terminated[index], truncated[index]) == (env_reward, env_terminated, env_truncated)
+
+    # and a valid STEP for env 1 only steps env 1, answering for it alone
+    server.send([protocol.pack_step_header(42, 1, subset=True), protocol.index_frame([1]), ACTIONS[:1]])
+    reply = server.recv()
+    assert reply.kind == Kind.RESULT and reply.header.seq == 42 and reply.header.count == 1, reply.describe()
+    rewards, terminated, truncated = protocol.parse_result_scalars(reply.frames[0], 1)
+    env_obs, env_reward, env_terminated, env_truncated, _ = reference[1].step(int(ACTIONS[0]))
+    np.testing.assert_array_equal(np.frombuffer(reply.frames[1], np.float32), env_obs)
+    assert (rewards[0], terminated[0], truncated[0]) == (env_reward, env_terminated, env_truncated)
+    server.send([protocol.pack_step_header(43, 2), ACTIONS])
+    obs, _, _, _ = _result(server.recv(), 43)
+    np.testing.assert_array_equal(obs[0], reference[0].step(int(ACTIONS[0]))[0])  # env 0 was not stepped by 42
+    np.testing.assert_array_equal(obs[1], reference[1].step(int(ACTIONS[1]))[0])
 
     server.send([protocol.pack_header(Kind.CLOSE, 41)])
     bye = server.recv()

@@ -1,0 +1,34 @@
+"""What the benchmark scripts share: interleaved repetitions, medians, and the table."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import gymnasium as gym
+
+Case = tuple[Callable[[], gym.vector.VectorEnv], Callable[[gym.vector.VectorEnv], float]]
+"""How to make a vector env, and how to measure it (a rate); the env is closed after each run."""
+
+
+def interleaved_medians(cases: dict[str, Case], repeats: int) -> dict[str, float]:
+    """Each case measured ``repeats`` times, the cases taking turns (absolute speeds drift on shared
+    machines, ratios measured side by side hold); the median of each."""
+    results: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, (make, measure) in cases.items():
+            envs = make()
+            try:
+                results[name].append(measure(envs))
+            finally:
+                envs.close()
+    return {name: statistics.median(values) for name, values in results.items()}
+
+
+def print_table(title: str, medians: dict[str, float], baseline: str, what: str, ratio: str) -> None:
+    """One row per case: its median and its ratio to ``baseline``'s."""
+    print(title)
+    width = max(len(name) for name in medians) + 2
+    print(f"{'':{width}s} {what:>12s} {ratio:>12s}")
+    for name, median in medians.items():
+        print(f"{name:{width}s} {median:12,.0f} {median / medians[baseline]:12.2f}")

@@ -1,0 +1,184 @@
+"""The learner's copy of the batch: what the clients' results land in, and what calls return from it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from copy import deepcopy
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import VectorEnv
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+from gym_remote import codec, protocol
+from gym_remote.commands import Plan
+from gym_remote.errors import ProtocolError
+from gym_remote.protocol import FLAG_VALUE
+from gym_remote.server import ClientInfo, SlotServer
+
+__all__ = ["ResultBatch"]
+
+
+class ResultBatch:
+    """One row per slot: observations, rewards, terminations and truncations, and each slot's infos.
+
+    A RESULT lands in the rows of the slots it answers for (observations with an array layout are
+    received straight into the batch's arrays). The infos, and in SAME_STEP mode the final observation
+    and info, are kept per slot until a call batches them (:meth:`infos`), as Gymnasium's
+    ``_add_info`` does slot by slot.
+    """
+
+    def __init__(self, observation_space: gym.Space, num_envs: int) -> None:
+        self.space = observation_space
+        self.num_envs = num_envs
+        self.observations: Any = create_empty_array(observation_space, n=num_envs, fn=np.zeros)
+        self.is_array = codec.array_leaf_spaces(observation_space) is not None
+        self.leaves = codec.batch_leaves(observation_space, self.observations) if self.is_array else None
+        self.env_obs: list[Any] = [None] * num_envs  # the observations without an array layout, per slot
+        self.rewards = np.zeros(num_envs, dtype=np.float64)
+        self.terminations = np.zeros(num_envs, dtype=np.bool_)
+        self.truncations = np.zeros(num_envs, dtype=np.bool_)
+        self.slot_infos: dict[int, dict] = {}
+        self.slot_finals: dict[int, tuple[Any, dict]] = {}
+
+    def clear_infos(self) -> None:
+        self.slot_infos.clear()
+        self.slot_finals.clear()
+
+    def read_result(
+        self,
+        server: SlotServer,
+        client: ClientInfo,
+        header: protocol.Header,
+        frame: bytes,
+        what: str,
+        plan: Plan | None = None,
+    ) -> None:
+        """Land ``client``'s RESULT (whose header ``server`` just received) in the batch.
+
+        ``plan``: the slots the command was for, when not all of the client's.
+
+        Raises:
+            ProtocolError: the RESULT does not fit the command or the spaces.
+        """
+        whole = plan is None or plan.indexes is None
+        slots = client.slots if whole else plan.slots
+        count = len(slots)
+        if header.count != count:
+            raise ProtocolError(f"RESULT for {header.count} envs, the command was for {count}")
+        rewards, terminations, truncations = protocol.parse_result_scalars(frame, count)
+        if whole:
+            rows, targets = client.rows, client.observation_targets
+        else:
+            rows = np.asarray(slots, dtype=np.intp)
+            targets = [np.empty((count, *leaf.shape[1:]), leaf.dtype) for leaf in self.leaves or ()]
+        server.recv_into(targets, what)
+        self.rewards[rows] = rewards
+        self.terminations[rows] = terminations
+        self.truncations[rows] = truncations
+        if header.flags & FLAG_VALUE:
+            self._read_value(slots, server.recv_value(client, header))
+        elif server.has_more():
+            raise ProtocolError("RESULT has frames after its observations but no value section")
+        elif not self.is_array:
+            raise ProtocolError("RESULT lacks the value section that carries its observations")
+        if self.is_array and (not whole or client.slot_slice is None):  # not received in place
+            for leaf, target in zip(self.leaves, targets, strict=True):
+                leaf[rows] = target
+        client.steps += 1
+
+    def _read_value(self, slots: list[int], extra: Any) -> None:
+        """The optional part of a RESULT for ``slots``: observations that are not arrays, infos, finals."""
+        count = len(slots)
+        if not isinstance(extra, dict):
+            raise ProtocolError("the RESULT value section must be a dict")
+        observations = _checked_list(extra.get("obs"), count, "obs")
+        if not self.is_array and observations is None:
+            raise ProtocolError(f"RESULT must carry a list of {count} observations")
+        infos = _checked_list(extra.get("infos"), count, "infos")
+        finals = _checked_list(extra.get("final"), count, "final")
+        for index, slot in enumerate(slots):
+            if observations is not None:
+                self.env_obs[slot] = observations[index]
+            if infos is not None and infos[index]:
+                if not isinstance(infos[index], dict):
+                    raise ProtocolError(f"the info of env {index} is not a dict")
+                self.slot_infos[slot] = infos[index]
+            if finals is not None and finals[index] is not None:
+                final = finals[index]
+                if not isinstance(final, tuple) or len(final) != 2 or not isinstance(final[1], dict):
+                    raise ProtocolError(f"final of env {index} must be a (final_obs, final_info) pair")
+                self.slot_finals[slot] = final
+
+    def gather(self) -> None:
+        """Batch the observations that travel as values (array observations are in place already)."""
+        if not self.is_array:
+            self.observations = concatenate(self.space, self.env_obs, self.observations)
+
+    def infos(self, batch: Sequence[int] | None = None) -> dict[str, Any]:
+        """The infos batched with Gymnasium's ``_add_info``, as ``SyncVectorEnv`` batches them.
+
+        Of every slot, by slot; or of the slots ``batch`` (a partial batch, in its order), whose
+        infos are then consumed. For each slot first its final observation and info, then its info.
+        """
+        infos: dict[str, Any] = {}
+        if batch is None:
+            order = [(slot, slot) for slot in sorted(self.slot_infos.keys() | self.slot_finals.keys())]
+            batcher = _InfoBatcher(self.num_envs)
+            final_of, info_of = self.slot_finals.get, self.slot_infos.get
+        else:
+            order, batcher = list(enumerate(batch)), _InfoBatcher(len(batch))
+            final_of, info_of = self.slot_finals.pop, self.slot_infos.pop
+        for position, slot in order:
+            final = final_of(slot, None)
+            if final is not None:
+                infos = batcher._add_info(infos, {"final_obs": final[0], "final_info": final[1]}, position)
+            infos = batcher._add_info(infos, info_of(slot, {}), position)
+        return infos
+
+    def last_observation(self, slot: int) -> Any:
+        """A copy of the last observation the batch holds for ``slot``."""
+        if not self.is_array:
+            return deepcopy(self.env_obs[slot])
+        return codec.leaves_to_batch(self.space, [leaf[slot].copy() for leaf in self.leaves])
+
+    def step_results(self, copy: bool) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """What ``step`` returns: every slot, the observations copied if ``copy``."""
+        return (
+            self.observations_out(copy),
+            np.copy(self.rewards),
+            np.copy(self.terminations),
+            np.copy(self.truncations),
+            self.infos(),
+        )
+
+    def observations_out(self, copy: bool) -> Any:
+        return deepcopy(self.observations) if copy else self.observations
+
+    def take(self, slots: list[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """What ``recv`` returns: the rows of ``slots`` in this order, their infos, and ``infos["env_id"]``."""
+        ids = np.asarray(slots, dtype=np.int32)
+        if self.is_array:
+            observations = codec.leaves_to_batch(self.space, [leaf[ids] for leaf in self.leaves])
+        else:
+            empty = create_empty_array(self.space, n=len(slots), fn=np.zeros)
+            observations = deepcopy(concatenate(self.space, [self.env_obs[slot] for slot in slots], empty))
+        infos = self.infos(slots)
+        infos["env_id"] = ids
+        return observations, self.rewards[ids], self.terminations[ids], self.truncations[ids], infos
+
+
+class _InfoBatcher:
+    """Gymnasium's ``VectorEnv._add_info`` for a batch of ``size`` envs (a partial batch is smaller)."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, size: int) -> None:
+        self.num_envs = size
+
+
+def _checked_list(value: Any, count: int, name: str) -> list | None:
+    if value is not None and (not isinstance(value, list) or len(value) != count):
+        raise ProtocolError(f"RESULT {name} must be a list of {count} entries")
+    return value
