@@ -127,7 +127,9 @@ class HostedEnvs:
         infos: list[dict] = []
         finals: list[tuple[Any, dict] | None] | None = None
         mode = self.autoreset_mode
-        for position, (index, action) in enumerate(zip(indexes or range(self.count), actions, strict=True)):
+        for position, (index, action) in enumerate(
+            zip(range(self.count) if indexes is None else indexes, actions, strict=True)
+        ):
             env = self.envs[index]
             self.failed_index = index
             if mode is AutoresetMode.NEXT_STEP and self.autoreset[index]:
@@ -152,7 +154,7 @@ class HostedEnvs:
     def reset(self, seeds: Sequence[int | None], options: dict | None, indexes: Sequence[int] | None) -> list[dict]:
         """Reset the envs ``indexes`` (all if None) with their seeds, in order; return their infos."""
         infos: list[dict] = []
-        for index, seed in zip(indexes or range(self.count), seeds, strict=True):
+        for index, seed in zip(range(self.count) if indexes is None else indexes, seeds, strict=True):
             env = self.envs[index]
             self.failed_index = index
             self.env_obs[index], info = env.reset(seed=seed, options=options)
@@ -718,7 +720,7 @@ class EnvClient:
             rows = np.asarray(indexes, dtype=np.intp)
             frames = [hosted.result.pack_subset(seq, flags, rows), *[leaf[rows] for leaf in hosted.observation_frames]]
         if extra:
-            envs = indexes or range(hosted.count)
+            envs = range(hosted.count) if indexes is None else indexes
             slots = [self.slots[index] for index in envs]
             try:
                 frames += protocol.value_frames(

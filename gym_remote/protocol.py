@@ -171,11 +171,13 @@ def index_frame(indexes: Sequence[int]) -> bytes:
 
 
 def parse_index_frame(frame: bytes, count: int, hosted: int) -> list[int]:
-    """The env indexes an index frame lists: ``count`` distinct indexes below ``hosted``.
+    """The env indexes an index frame lists: ``count`` (at least 1) distinct indexes below ``hosted``.
 
     Raises:
         ProtocolError: the frame does not hold ``count`` distinct indexes of the client's envs.
     """
+    if count < 1:
+        raise ProtocolError("malformed index frame: a command with FLAG_SUBSET must select at least one env")
     if len(frame) != INDEX.itemsize * count:
         raise ProtocolError(f"malformed index frame: {len(frame)} bytes, expected {INDEX.itemsize * count}")
     indexes = np.frombuffer(frame, dtype=INDEX).tolist()

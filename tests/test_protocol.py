@@ -323,6 +323,7 @@ def test_property_index_frame_roundtrip(hosted_and_order, data):
         (index_frame([0, 4]), 2, 4, "below 4"),  # out of range
         (index_frame([65535]), 1, 3, "below 3"),
         (b"", 1, 1, "bytes"),
+        (b"", 0, 3, "at least one env"),
     ],
 )
 def test_parse_index_frame_rejects_malformed_frames(frame, count, hosted, problem):
