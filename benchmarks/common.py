@@ -11,10 +11,13 @@ Case = tuple[Callable[[], gym.vector.VectorEnv], Callable[[gym.vector.VectorEnv]
 """How to make a vector env, and how to measure it (a rate); the env is closed after each run."""
 
 
-def interleaved_medians(cases: dict[str, Case], repeats: int) -> dict[str, float]:
+def interleaved_medians(
+    cases: dict[str, Case], repeats: int, runs: dict[str, list[float]] | None = None
+) -> dict[str, float]:
     """Each case measured ``repeats`` times, the cases taking turns (absolute speeds drift on shared
-    machines, ratios measured side by side hold); the median of each."""
-    results: dict[str, list[float]] = {name: [] for name in cases}
+    machines, ratios measured side by side hold); the median of each. ``runs`` receives every measurement."""
+    results: dict[str, list[float]] = runs if runs is not None else {}
+    results.update({name: [] for name in cases})
     for _ in range(repeats):
         for name, (make, measure) in cases.items():
             envs = make()
@@ -22,7 +25,7 @@ def interleaved_medians(cases: dict[str, Case], repeats: int) -> dict[str, float
                 results[name].append(measure(envs))
             finally:
                 envs.close()
-    return {name: statistics.median(values) for name, values in results.items()}
+    return {name: statistics.median(results[name]) for name in cases}
 
 
 def print_table(title: str, medians: dict[str, float], baseline: str, what: str, ratio: str) -> None:

@@ -1,0 +1,367 @@
+"""The benchmark suite: RemoteVectorEnv against Gymnasium's SyncVectorEnv and AsyncVectorEnv, every case.
+
+    python benchmarks/suite.py [--quick] [--repeats 3] [--cases cartpole,busy,frames,floor,scaling,partial]
+
+Prints a table per case, and writes the raw results as JSON (and, with matplotlib installed,
+``pip install "gymnasium-remote[bench]"``, a plot) to ``benchmarks/results/``. Every figure is the
+median of ``--repeats`` runs after a warm-up; within a case the vector envs take turns, so that
+their ratios are measured side by side (absolute speeds drift on shared machines, ratios hold).
+``--quick`` runs every case briefly (about a minute), to check that the suite works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import bench_envs
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import partial_batches as partial_case
+import zmq
+from common import interleaved_medians
+from echo import echo_steps_per_second
+
+from gym_remote import RemoteVectorEnv
+
+for module in (bench_envs, partial_case):  # local client processes cannot import this folder: send the code
+    cloudpickle.register_pickle_by_value(module)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CORES = os.cpu_count() or 1
+
+
+@dataclass
+class Case:
+    """One benchmark case: the rate (per second) of each vector env, and their ratios to ``baseline``."""
+
+    name: str
+    title: str
+    unit: str
+    baseline: str
+    medians: dict[str, float] = field(default_factory=dict)
+    runs: dict[str, list[float]] = field(default_factory=dict)
+
+    def ratios(self) -> dict[str, float]:
+        return {label: value / self.medians[self.baseline] for label, value in self.medians.items()}
+
+
+def lock_step_rate(steps: int, warmup: int) -> Callable[[gym.vector.VectorEnv], float]:
+    """Env-steps per second of ``step()`` with random actions (drawn before the clock starts)."""
+
+    def measure(envs: gym.vector.VectorEnv) -> float:
+        envs.action_space.seed(0)
+        actions = [envs.action_space.sample() for _ in range(steps + warmup)]
+        envs.reset(seed=0)
+        for action in actions[:warmup]:
+            envs.step(action)
+        started = time.perf_counter()
+        for action in actions[warmup:]:
+            envs.step(action)
+        return steps * envs.num_envs / (time.perf_counter() - started)
+
+    return measure
+
+
+def vector_envs(make_env: Callable[[], gym.Env], num_envs: int) -> dict[str, Callable[[], gym.vector.VectorEnv]]:
+    """The vector envs every case compares: Sync, Async with shared memory, and RemoteVectorEnv with
+    local clients over ipc and tcp loopback, 1 client, one per core, and one per env."""
+    env_fns = [make_env] * num_envs
+    layouts = {"1 client": 1, f"{min(CORES, num_envs)} clients (1/core)": min(CORES, num_envs)}
+    layouts[f"{num_envs} clients (1/env)"] = num_envs
+    makers: dict[str, Callable[[], gym.vector.VectorEnv]] = {
+        "SyncVectorEnv": lambda: gym.vector.SyncVectorEnv(env_fns),
+        "AsyncVectorEnv": lambda: gym.vector.AsyncVectorEnv(env_fns, shared_memory=True),
+    }
+    for transport in ("ipc", "tcp"):
+        for layout, clients in layouts.items():
+            bind = "tcp://127.0.0.1:*" if transport == "tcp" else None
+            makers[f"Remote {transport}, {layout}"] = lambda clients=clients, bind=bind: RemoteVectorEnv(
+                env_fns, num_clients=clients, bind=bind
+            )
+    return makers
+
+
+def compare(name: str, title: str, make_env: Callable[[], gym.Env], num_envs: int, steps: int, repeats: int) -> Case:
+    case = Case(name, title, "env-steps/s", "AsyncVectorEnv")
+    measure = lock_step_rate(steps, max(20, steps // 10))
+    cases = {label: (make, measure) for label, make in vector_envs(make_env, num_envs).items()}
+    case.medians = interleaved_medians(cases, repeats, runs=case.runs)
+    return case
+
+
+def smoke(steps: int = 1500, repeats: int = 3) -> Case:
+    """The regression guard the tests run: CartPole, 8 envs, AsyncVectorEnv against RemoteVectorEnv
+    with one local client (over ipc and over tcp), a few seconds in all."""
+    makers = vector_envs(lambda: gym.make("CartPole-v1"), 8)
+    measure = lock_step_rate(steps, 100)
+    chosen = ("AsyncVectorEnv", "Remote ipc, 1 client", "Remote tcp, 1 client")
+    case = Case("smoke", "CartPole-v1, 8 envs (smoke)", "env-steps/s", "AsyncVectorEnv")
+    case.medians = interleaved_medians({label: (makers[label], measure) for label in chosen}, repeats, runs=case.runs)
+    return case
+
+
+def transport_floor(steps: int, repeats: int) -> Case:
+    """A zero-cost env against a raw pyzmq echo of the same messages, 1 client hosting 8 envs and 2 hosting 4."""
+    case = Case("floor", "Transport floor: zero-cost env (8 envs) against a raw pyzmq echo", "env-steps/s", "")
+    measure = lock_step_rate(steps, max(20, steps // 10))
+    workdir = tempfile.mkdtemp(prefix="gym-remote-echo-")
+    cases = {}
+    for clients in (1, CORES):
+        for transport in ("ipc", "tcp"):
+            address = f"ipc://{workdir}/echo-{clients}" if transport == "ipc" else "tcp://127.0.0.1:*"
+            bind = None if transport == "ipc" else "tcp://127.0.0.1:*"
+            label = f"{transport}, {clients} client{'s' if clients > 1 else ''}"
+            cases[f"raw echo {label}"] = (
+                lambda clients=clients, address=address: _Rate(
+                    echo_steps_per_second, clients, 8 // clients, 16, 8, steps, address
+                ),
+                lambda rate: rate(),
+            )
+            cases[f"Remote {label}"] = (
+                lambda clients=clients, bind=bind: RemoteVectorEnv(
+                    [bench_envs.NullEnv] * 8, num_clients=clients, bind=bind
+                ),
+                measure,
+            )
+    case.medians = interleaved_medians(cases, repeats, runs=case.runs)
+    case.baseline = next(iter(case.medians))
+    return case
+
+
+class _Rate:
+    """A measurement that is not a vector env, in the shape ``interleaved_medians`` expects."""
+
+    def __init__(self, function: Callable[..., float], *args: object) -> None:
+        self.function, self.args = function, args
+
+    def __call__(self) -> float:
+        return self.function(*self.args)
+
+    def close(self) -> None:
+        pass
+
+
+def scaling(steps: int, repeats: int, sizes: list[int]) -> Case:
+    case = Case("scaling", f"Scaling: CartPole-v1, {CORES} clients, num_envs from 1 to {sizes[-1]}", "env-steps/s", "")
+    for num_envs in sizes:
+        clients = min(CORES, num_envs)
+        env_fns = [lambda: gym.make("CartPole-v1")] * num_envs
+        measure = lock_step_rate(max(50, steps // num_envs), 20)
+        makers = {
+            f"SyncVectorEnv, {num_envs} envs": (lambda env_fns=env_fns: gym.vector.SyncVectorEnv(env_fns), measure),
+            f"AsyncVectorEnv, {num_envs} envs": (
+                lambda env_fns=env_fns: gym.vector.AsyncVectorEnv(env_fns, shared_memory=True),
+                measure,
+            ),
+            f"Remote ipc, {num_envs} envs": (
+                lambda env_fns=env_fns, clients=clients: RemoteVectorEnv(env_fns, num_clients=clients),
+                measure,
+            ),
+        }
+        case.medians.update(interleaved_medians(makers, repeats, runs=case.runs))
+    case.baseline = next(iter(case.medians))
+    return case
+
+
+def partial(seconds: float, repeats: int) -> Case:
+    case = Case("partial", "Partial batches: 8 envs, half take 10 ms a step, the others 1 ms", "env-steps/s", "")
+    env_fns = [lambda delay=0.001 * (10 if slot % 2 else 1): partial_case.Sleepy(delay) for slot in range(8)]
+    cases = {
+        "lock-step step()": (
+            lambda: RemoteVectorEnv(env_fns, num_clients=8),
+            lambda envs: partial_case.lock_step(envs, seconds),
+        ),
+        "send/recv, batch_size=4": (
+            lambda: RemoteVectorEnv(env_fns, num_clients=8, batch_size=4),
+            lambda envs: partial_case.partial_batches(envs, seconds),
+        ),
+    }
+    case.medians = interleaved_medians(cases, repeats, runs=case.runs)
+    case.baseline = "lock-step step()"
+    return case
+
+
+def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
+    """The issue's targets, as ratios measured in this run."""
+    found = []
+
+    def best_remote(case: Case) -> tuple[str, float]:
+        label = max((label for label in case.medians if label.startswith("Remote")), key=case.medians.get)
+        return label, case.medians[label]
+
+    def add(name: str, value: float, target: float, detail: str, at_most: bool = False) -> None:
+        met = value <= target if at_most else value >= target
+        found.append({"target": name, "value": round(value, 3), "goal": target, "met": met, "detail": detail})
+
+    for key, against, goal, text in (
+        ("cartpole", "AsyncVectorEnv", 2.5, "CartPole, 8 envs: best Remote layout / AsyncVectorEnv"),
+        ("busy", "SyncVectorEnv", 1.6, "1 ms env, 8 envs: best Remote layout / SyncVectorEnv"),
+        ("frames", "AsyncVectorEnv", 2.0, "Atari-sized frames, 8 envs: best Remote layout / AsyncVectorEnv"),
+    ):
+        if key in cases:
+            label, value = best_remote(cases[key])
+            add(text, value / cases[key].medians[against], goal, label)
+    if "busy" in cases:
+        layout = f"Remote ipc, {CORES} clients (1/core)"
+        busy = cases["busy"].medians
+        add(
+            f"1 ms env, {CORES} clients on {CORES} cores / SyncVectorEnv",
+            busy[layout] / busy["SyncVectorEnv"],
+            1.6,
+            layout,
+        )
+    if "floor" in cases:
+        floor = cases["floor"].medians
+        for label in [label for label in floor if label.startswith("Remote")]:
+            echo = floor["raw echo " + label.removeprefix("Remote ")]
+            add(f"transport floor, {label}: step time / raw echo's", echo / floor[label], 1.5, label, at_most=True)
+    if "partial" in cases:
+        add("partial batches, batch_size=4 / lock-step", cases["partial"].ratios()["send/recv, batch_size=4"], 1.5, "")
+    return found
+
+
+def machine() -> dict[str, object]:
+    return {
+        "cpus": CORES,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "gymnasium": gym.__version__,
+        "numpy": np.__version__,
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+    }
+
+
+def print_case(case: Case) -> None:
+    print(f"\n{case.title} ({case.unit}, median of {len(next(iter(case.runs.values())))} runs)")
+    width = max(len(label) for label in case.medians) + 2
+    ratios = case.ratios()
+    print(f"{'':{width}s} {case.unit:>12s} {'x ' + case.baseline:>24s}")
+    for label, value in case.medians.items():
+        print(f"{label:{width}s} {value:12,.0f} {ratios[label]:24.2f}")
+
+
+def plot(cases: dict[str, Case], path: Path) -> bool:
+    """A bar chart per case (a line chart for scaling); False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    figure, axes = plt.subplots(len(cases), 1, figsize=(10, 3.2 * len(cases)), squeeze=False)
+    for axis, case in zip(axes[:, 0], cases.values(), strict=True):
+        if case.name == "scaling":
+            for kind in ("SyncVectorEnv", "AsyncVectorEnv", "Remote ipc"):
+                points = [
+                    (int(label.rsplit(", ", 1)[1].split()[0]), value)
+                    for label, value in case.medians.items()
+                    if label.startswith(kind)
+                ]
+                axis.plot(*zip(*points, strict=True), marker="o", label=kind)
+            axis.set_xscale("log", base=2)
+            axis.set_yscale("log")
+            axis.set_xlabel("num_envs")
+            axis.set_ylabel(case.unit)
+            axis.legend(fontsize=8)
+        else:
+            labels = list(case.medians)
+            colors = ["tab:blue" if label.startswith(("Remote", "send/recv")) else "tab:gray" for label in labels]
+            bars = axis.barh(labels, [case.medians[label] for label in labels], color=colors)
+            ratios = case.ratios()
+            axis.bar_label(bars, [f" {ratios[label]:.2f}x" for label in labels], fontsize=7)
+            axis.invert_yaxis()
+            axis.margins(x=0.12)
+            axis.set_xlabel(f"{case.unit} (bar labels: x {case.baseline})")
+            axis.tick_params(axis="y", labelsize=8)
+        axis.set_title(case.title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
+
+
+ALL_CASES = ("cartpole", "busy", "frames", "floor", "scaling", "partial")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="every case, briefly: checks that the suite works")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per vector env (default 3, 1 with --quick)")
+    parser.add_argument("--cases", default=",".join(ALL_CASES), help=f"comma-separated, of {', '.join(ALL_CASES)}")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="folder for the JSON and the plot")
+    parser.add_argument("--replot", type=Path, metavar="JSON", help="only draw the plot of an earlier run's results")
+    args = parser.parse_args()
+    if args.replot is not None:
+        report = json.loads(args.replot.read_text())
+        cases = {
+            entry["name"]: Case(**{key: entry[key] for key in ("name", "title", "unit", "baseline", "medians", "runs")})
+            for entry in report["cases"]
+        }
+        path = args.replot.with_suffix(".png")
+        print(
+            f"plot: {path}" if plot(cases, path) else 'plot: needs matplotlib (pip install "gymnasium-remote[bench]")'
+        )
+        return
+    chosen = [name.strip() for name in args.cases.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(ALL_CASES))
+    if unknown:
+        parser.error(f"unknown cases {unknown}; choose from {', '.join(ALL_CASES)}")
+    repeats = args.repeats or (1 if args.quick else 3)
+    scale = 0.1 if args.quick else 1.0
+    sizes = [1, 8, 64] if args.quick else [1, 2, 4, 8, 16, 32, 64]
+    cartpole, busy, frames = "CartPole-v1, 8 envs", "An env whose step burns 1 ms of CPU, 8 envs", "Atari-sized frames"
+    runners: dict[str, Callable[[], Case]] = {
+        "cartpole": lambda: compare(
+            "cartpole", cartpole, lambda: gym.make("CartPole-v1"), 8, int(4000 * scale), repeats
+        ),
+        "busy": lambda: compare("busy", busy, bench_envs.BusyEnv, 8, int(400 * scale), repeats),
+        "frames": lambda: compare(
+            "frames", f"{frames} (84x84x4 uint8), 8 envs", bench_envs.FramesEnv, 8, int(2000 * scale), repeats
+        ),
+        "floor": lambda: transport_floor(int(4000 * scale), repeats),
+        "scaling": lambda: scaling(int(8000 * scale), repeats, sizes),
+        "partial": lambda: partial(1.0 if args.quick else 3.0, repeats),
+    }
+    cases: dict[str, Case] = {}
+    for name in chosen:
+        cases[name] = runners[name]()
+        print_case(cases[name])
+    found = targets(cases)
+    print("\nTargets (ratios measured in this run)")
+    for target in found:
+        mark = "met" if target["met"] else "MISSED"
+        print(f"  {mark:6s} {target['target']}: {target['value']:.2f} (goal {target['goal']}) {target['detail']}")
+    args.output.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    report = {
+        "created": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": machine(),
+        "settings": {"quick": args.quick, "repeats": repeats, "cases": chosen},
+        "cases": [{**asdict(case), "ratios": case.ratios()} for case in cases.values()],
+        "targets": found,
+    }
+    json_path = args.output / f"suite-{stamp}.json"
+    json_path.write_text(json.dumps(report, indent=2))
+    print(f"\nresults: {json_path}")
+    png_path = args.output / f"suite-{stamp}.png"
+    if plot(cases, png_path):
+        print(f"plot:    {png_path}")
+    else:
+        print('plot:    skipped (pip install "gymnasium-remote[bench]" for matplotlib)')
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""A fast smoke version of the benchmark suite: a large speed regression fails the tests.
+
+Speed is measured in ``benchmarks/`` (see its README); this only guards the floor the project
+promises: RemoteVectorEnv steps CartPole at least as fast as AsyncVectorEnv, measured side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import suite  # noqa: E402  (benchmarks/ is not a package)
+
+
+@pytest.mark.timeout(120)
+def test_remote_cartpole_is_not_slower_than_async_vector_env():
+    # Timings on a shared machine are noisy: a real regression fails every attempt, a noisy run not.
+    attempts = []
+    for _ in range(3):
+        case = suite.smoke()
+        best = max(case.medians["Remote ipc, 1 client"], case.medians["Remote tcp, 1 client"])
+        attempts.append({label: round(value) for label, value in case.medians.items()})
+        if best >= case.medians["AsyncVectorEnv"]:
+            return
+    pytest.fail(f"RemoteVectorEnv stepped CartPole slower than AsyncVectorEnv in 3 attempts: {attempts}")
+
+
+@pytest.mark.timeout(240)
+def test_the_suite_runs_and_writes_its_results(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "suite.py"),
+            "--quick",
+            "--cases",
+            "floor,partial",
+            "--output",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    [report] = [json.loads(path.read_text()) for path in tmp_path.glob("suite-*.json")]
+    assert [case["name"] for case in report["cases"]] == ["floor", "partial"]
+    floor = report["cases"][0]["medians"]
+    assert {"raw echo ipc, 1 client", "Remote ipc, 1 client", "raw echo tcp, 1 client", "Remote tcp, 1 client"} <= set(
+        floor
+    )
+    assert all(value > 0 for value in floor.values())
+    assert {target["target"].split(",")[0] for target in report["targets"]} >= {"transport floor", "partial batches"}
+    assert "Targets (ratios measured in this run)" in result.stdout
