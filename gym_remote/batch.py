@@ -137,6 +137,24 @@ class ResultBatch:
             infos = batcher._add_info(infos, info_of(slot, {}), position)
         return infos
 
+    def prepare_loss_reports(self, slots: list[int], same_step: bool) -> None:
+        """Forget what ``slots`` (whose client was lost) held; in SAME_STEP mode their last observation
+        becomes ``final_obs`` of the episode the loss ends, for the reset of a replacement to follow."""
+        for slot in slots:
+            self.slot_infos.pop(slot, None)
+            self.slot_finals.pop(slot, None)
+            if same_step:
+                self.slot_finals[slot] = (self.last_observation(slot), {"client_lost": True})
+
+    def write_loss_reports(self, slots: list[int]) -> None:
+        """The results of ``slots`` report their lost client: reward 0, truncated, ``client_lost`` added
+        to their infos (a replacement's reset info, in SAME_STEP mode)."""
+        self.rewards[slots] = 0.0
+        self.terminations[slots] = False
+        self.truncations[slots] = True
+        for slot in slots:
+            self.slot_infos[slot] = {**self.slot_infos.get(slot, {}), "client_lost": True}
+
     def last_observation(self, slot: int) -> Any:
         """A copy of the last observation the batch holds for ``slot``."""
         if not self.is_array:

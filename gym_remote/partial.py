@@ -143,24 +143,18 @@ class PartialBatches:
         """
         if not slots:
             return
-        batch = self.batch
         for slot in slots:
             self.lost_unreported.pop(slot, None)
-            batch.slot_infos.pop(slot, None)
-            batch.slot_finals.pop(slot, None)
         logger.info("slots %s: episodes truncated, their client was lost", protocol.format_slots(sorted(slots)))
-        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        self.batch.prepare_loss_reports(slots, same_step)
+        if same_step:
             for slot in slots:
-                batch.slot_finals[slot] = (batch.last_observation(slot), {"client_lost": True})
                 self.loss_reports.add(slot)
                 self.parked[slot] = _Parked(Kind.RESET)
         else:
-            batch.rewards[slots] = 0.0
-            batch.terminations[slots] = False
-            batch.truncations[slots] = True
-            for slot in slots:
-                batch.slot_infos[slot] = {"client_lost": True}
-                self.ready.append(slot)
+            self.batch.write_loss_reports(slots)
+            self.ready.extend(slots)
         self.server.release(slots)
 
     def dispatch_parked(self) -> None:
@@ -194,8 +188,7 @@ class PartialBatches:
             batch.read_result(self.server, client, header, frame, what, plan)
             if slot in self.loss_reports:  # the reset of a replacement client, in SAME_STEP mode
                 self.loss_reports.discard(slot)
-                batch.slot_infos[slot] = {**batch.slot_infos.get(slot, {}), "client_lost": True}
-                batch.truncations[slot] = True
+                batch.write_loss_reports([slot])
             self.in_flight.pop(slot, None)
             self.ready.append(slot)
 

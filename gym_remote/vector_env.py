@@ -841,20 +841,13 @@ class RemoteVectorEnv(VectorEnv):
         lost = sorted(self._lost_unreported)
         if not lost:
             return
-        batch = self._batch
-        for slot in lost:
-            batch.slot_infos[slot] = {}
-            batch.slot_finals.pop(slot, None)
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        self._batch.prepare_loss_reports(lost, same_step)
         self._server.release(lost)
-        if self.autoreset_mode is AutoresetMode.SAME_STEP:  # the next episode starts now, with a replacement
-            for slot in lost:
-                batch.slot_finals[slot] = (batch.last_observation(slot), {"client_lost": True})
+        if same_step:  # the next episode starts now, with a replacement
             self._reset_slots(lost, None, None, "the reset of a replacement client", drop_reports=False)
-        batch.rewards[lost] = 0.0
-        batch.terminations[lost] = False
-        batch.truncations[lost] = True
+        self._batch.write_loss_reports(lost)
         for slot in lost:
-            batch.slot_infos[slot] = {**batch.slot_infos[slot], "client_lost": True}
             self._lost_unreported.pop(slot, None)
         logger.info("slots %s: episodes truncated, their client was lost", protocol.format_slots(lost))
 
