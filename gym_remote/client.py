@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 import zmq
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 from zmq.utils.monitor import recv_monitor_message
 
 from gym_remote import codec, protocol, transport
@@ -92,7 +92,7 @@ class HostedEnvs:
         )
         self.env_obs: list[Any] = [None] * count
         self.action_space = action_space
-        self.action_batch_spaces = {count: batch_space(action_space, count)}  # by number of envs stepped
+        self.action_batch_spaces = codec.BatchedSpaces(action_space)  # by number of envs stepped
         self.action_leaves = codec.array_leaf_spaces(action_space)
         self.result = protocol.ResultFrame(count)
         self.autoreset = np.full(count, reset_first, dtype=np.bool_)
@@ -107,12 +107,6 @@ class HostedEnvs:
         if dtypes is None:
             dtypes = [leaf.dtype for leaf in self.action_leaves]
         return [np.empty((count, *leaf.shape), dtype=dtype) for leaf, dtype in zip(self.action_leaves, dtypes)]
-
-    def action_batch_space(self, count: int) -> gym.Space:
-        """The batched action space of a STEP for ``count`` envs."""
-        if count not in self.action_batch_spaces:
-            self.action_batch_spaces[count] = batch_space(self.action_space, count)
-        return self.action_batch_spaces[count]
 
     def step(
         self, actions: Sequence[Any], indexes: Sequence[int] | None = None
@@ -689,7 +683,7 @@ class EnvClient:
         transport.recv_into(sock, targets, "STEP")
         if sock.get(transport.RCVMORE):
             raise ProtocolError("STEP message has more frames than the action space needs")
-        return list(iterate(hosted.action_batch_space(count), batch))
+        return list(iterate(hosted.action_batch_spaces[count], batch))
 
     def _read_value(self, header: protocol.Header) -> Any:
         frames = transport.recv_rest(self._socket)

@@ -28,6 +28,7 @@ import cloudpickle
 import numpy as np
 from gymnasium import spaces
 from gymnasium.spaces import GraphInstance
+from gymnasium.vector.utils import batch_space
 
 from gym_remote.errors import EncodeError, ProtocolError
 
@@ -39,6 +40,7 @@ __all__ = [
     "array_leaf_spaces",
     "batch_leaves",
     "leaves_to_batch",
+    "BatchedSpaces",
     "check_dtype",
     "dtype_travels",
 ]
@@ -593,6 +595,21 @@ def _list_field(value: dict, key: str) -> list:
 
 # ---------------------------------------------------------------------------------------------------
 # array layouts
+
+
+class BatchedSpaces:
+    """``space`` batched ``count`` times (``batched[count]``), each made once: ``batch_space`` takes
+    tens of microseconds, too long for every partial batch."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.space = space
+        self._made: dict[int, spaces.Space] = {}
+
+    def __getitem__(self, count: int) -> spaces.Space:
+        batched = self._made.get(count)
+        if batched is None:
+            batched = self._made[count] = batch_space(self.space, count)
+        return batched
 
 
 def array_leaf_spaces(space: spaces.Space) -> list[spaces.Space] | None:

@@ -319,7 +319,8 @@ class RemoteVectorEnv(VectorEnv):
 
     def _set_spaces(self, single_observation_space: gym.Space, single_action_space: gym.Space) -> None:
         self._single_action_space = single_action_space
-        self._action_space = batch_space(single_action_space, self.num_envs)
+        self._action_batches = codec.BatchedSpaces(single_action_space)  # for send() to some of the slots
+        self._action_space = self._action_batches[self.num_envs]
         if _is_space_pair(self.observation_mode):
             self._observation_space, self._single_observation_space = self.observation_mode
         else:
@@ -607,7 +608,7 @@ class RemoteVectorEnv(VectorEnv):
                 "result that recv() has not returned"
             )
         count, space = len(ids), self._single_action_space
-        batched = self._action_space if count == self.num_envs else batch_space(space, count)
+        batched = self._action_space if count == self.num_envs else self._action_batches[count]
         messages = commands.step(actions, count, space, self._action_leaf_spaces, batched)
         self._partial.send(ids.tolist(), messages, lambda: list(iterate(batched, actions)))
 
