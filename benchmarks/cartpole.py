@@ -10,27 +10,14 @@ and the ratio of each to AsyncVectorEnv. The full suite of cases lives in this f
 from __future__ import annotations
 
 import argparse
-import time
 
 import gymnasium as gym
-import numpy as np
-from common import interleaved_medians, print_table
+from common import interleaved_medians, lock_step_rate, print_table
 
 from gym_remote import RemoteVectorEnv
 
 BENCHMARK_SECRET = "benchmark-secret-not-for-real-use"
 """Encrypts the CURVE case (its local clients get keys of their own; the secret only sets the server's)."""
-
-
-def steps_per_second(envs: gym.vector.VectorEnv, steps: int, warmup: int = 200) -> float:
-    envs.reset(seed=0)
-    actions = np.random.default_rng(0).integers(0, 2, size=(steps + warmup, envs.num_envs))
-    for action in actions[:warmup]:
-        envs.step(action)
-    started = time.perf_counter()
-    for action in actions[warmup:]:
-        envs.step(action)
-    return steps * envs.num_envs / (time.perf_counter() - started)
 
 
 def main() -> None:
@@ -40,7 +27,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     env_fns = [lambda: gym.make("CartPole-v1") for _ in range(args.num_envs)]
-    measure = lambda envs: steps_per_second(envs, args.steps)  # noqa: E731
+    measure = lock_step_rate(args.steps, 200)
     cases = {
         "SyncVectorEnv": lambda: gym.vector.SyncVectorEnv(env_fns),
         "AsyncVectorEnv": lambda: gym.vector.AsyncVectorEnv(env_fns, shared_memory=True),

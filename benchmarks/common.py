@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -35,3 +36,20 @@ def print_table(title: str, medians: dict[str, float], baseline: str, what: str,
     print(f"{'':{width}s} {what:>12s} {ratio:>12s}")
     for name, median in medians.items():
         print(f"{name:{width}s} {median:12,.0f} {median / medians[baseline]:12.2f}")
+
+
+def lock_step_rate(steps: int, warmup: int) -> Callable[[gym.vector.VectorEnv], float]:
+    """Env-steps per second of ``step()`` with random actions (drawn before the clock starts)."""
+
+    def measure(envs: gym.vector.VectorEnv) -> float:
+        envs.action_space.seed(0)
+        actions = [envs.action_space.sample() for _ in range(steps + warmup)]
+        envs.reset(seed=0)
+        for action in actions[:warmup]:
+            envs.step(action)
+        started = time.perf_counter()
+        for action in actions[warmup:]:
+            envs.step(action)
+        return steps * envs.num_envs / (time.perf_counter() - started)
+
+    return measure

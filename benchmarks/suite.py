@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 import partial_batches as partial_case
 import zmq
-from common import interleaved_medians
+from common import interleaved_medians, lock_step_rate
 from echo import echo_steps_per_second
 
 from gym_remote import RemoteVectorEnv
@@ -53,23 +52,6 @@ class Case:
 
     def ratios(self) -> dict[str, float]:
         return {label: value / self.medians[self.baseline] for label, value in self.medians.items()}
-
-
-def lock_step_rate(steps: int, warmup: int) -> Callable[[gym.vector.VectorEnv], float]:
-    """Env-steps per second of ``step()`` with random actions (drawn before the clock starts)."""
-
-    def measure(envs: gym.vector.VectorEnv) -> float:
-        envs.action_space.seed(0)
-        actions = [envs.action_space.sample() for _ in range(steps + warmup)]
-        envs.reset(seed=0)
-        for action in actions[:warmup]:
-            envs.step(action)
-        started = time.perf_counter()
-        for action in actions[warmup:]:
-            envs.step(action)
-        return steps * envs.num_envs / (time.perf_counter() - started)
-
-    return measure
 
 
 def vector_envs(make_env: Callable[[], gym.Env], num_envs: int) -> dict[str, Callable[[], gym.vector.VectorEnv]]:
