@@ -3,6 +3,8 @@
 The learner's ROUTER sends each of ``clients`` DEALER processes one message of the size of a STEP
 (header + actions) and waits for every reply of the size of a RESULT (header + scalars, observations);
 the rate of these rounds, times the envs they stand for, is what ZeroMQ itself allows on this machine.
+With ``spin``, the learner busy-checks its socket before each blocking receive, as RemoteVectorEnv's
+``spin`` does, so that the two are compared waiting the same way.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ def _echo(address: str, identity: bytes, reply_sizes: list[int]) -> None:
 
 
 def echo_steps_per_second(
-    clients: int, envs_per_client: int, obs_bytes: int, action_bytes: int, rounds: int, address: str
+    clients: int,
+    envs_per_client: int,
+    obs_bytes: int,
+    action_bytes: int,
+    rounds: int,
+    address: str,
+    spin: float = 0.0,
 ) -> float:
     """Env-steps per second of ``rounds`` lock-step rounds over ``clients`` echo processes on ``address``.
 
@@ -68,6 +76,10 @@ def echo_steps_per_second(
             for identity in identities:
                 router.send_multipart([identity, *command])
             for _ in identities:
+                if spin:
+                    until = time.perf_counter() + spin
+                    while not router.get(zmq.EVENTS) & zmq.POLLIN and time.perf_counter() < until:
+                        pass
                 router.recv_multipart()
         elapsed = time.perf_counter() - started
         for identity in identities:

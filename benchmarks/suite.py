@@ -31,6 +31,7 @@ from common import interleaved_medians, lock_step_rate
 from echo import echo_steps_per_second
 
 from gym_remote import RemoteVectorEnv
+from gym_remote.server import DEFAULT_SPIN_SECONDS
 
 for module in (bench_envs, partial_case):  # local client processes cannot import this folder: send the code
     cloudpickle.register_pickle_by_value(module)
@@ -93,28 +94,37 @@ def smoke(steps: int = 1500, repeats: int = 3) -> Case:
 
 
 def transport_floor(steps: int, repeats: int) -> Case:
-    """A zero-cost env against a raw pyzmq echo of the same messages, 1 client hosting 8 envs and 2 hosting 4."""
+    """A zero-cost env against a raw pyzmq echo of the same messages, 1 client hosting 8 envs and 2 hosting 4.
+
+    Each pair waits for replies the same way: RemoteVectorEnv's default ``spin`` busy-checks for them
+    when a core is left for it (1 client here), and so does its echo; with 1 client the pair that
+    sleeps in libzmq (``spin=0``) is measured too.
+    """
     case = Case("floor", "Transport floor: zero-cost env (8 envs) against a raw pyzmq echo", "env-steps/s", "")
     measure = lock_step_rate(steps, max(20, steps // 10))
     workdir = tempfile.mkdtemp(prefix="gym-remote-echo-")
     cases = {}
     for clients in (1, CORES):
+        default_spin = DEFAULT_SPIN_SECONDS if clients + 1 <= CORES else 0.0
         for transport in ("ipc", "tcp"):
-            address = f"ipc://{workdir}/echo-{clients}" if transport == "ipc" else "tcp://127.0.0.1:*"
-            bind = None if transport == "ipc" else "tcp://127.0.0.1:*"
-            label = f"{transport}, {clients} client{'s' if clients > 1 else ''}"
-            cases[f"raw echo {label}"] = (
-                lambda clients=clients, address=address: _Rate(
-                    echo_steps_per_second, clients, 8 // clients, 16, 8, steps, address
-                ),
-                lambda rate: rate(),
-            )
-            cases[f"Remote {label}"] = (
-                lambda clients=clients, bind=bind: RemoteVectorEnv(
-                    [bench_envs.NullEnv] * 8, num_clients=clients, bind=bind
-                ),
-                measure,
-            )
+            for spin in sorted({default_spin, 0.0}, reverse=True):
+                address = f"ipc://{workdir}/echo-{clients}" if transport == "ipc" else "tcp://127.0.0.1:*"
+                bind = None if transport == "ipc" else "tcp://127.0.0.1:*"
+                label = f"{transport}, {clients} client{'s' if clients > 1 else ''}" + (
+                    ", spin=0" if spin != default_spin else ""
+                )
+                cases[f"raw echo {label}"] = (
+                    lambda clients=clients, address=address, spin=spin: _Rate(
+                        echo_steps_per_second, clients, 8 // clients, 16, 8, steps, address, spin
+                    ),
+                    lambda rate: rate(),
+                )
+                cases[f"Remote {label}"] = (
+                    lambda clients=clients, bind=bind, spin=spin: RemoteVectorEnv(
+                        [bench_envs.NullEnv] * 8, num_clients=clients, bind=bind, spin=spin
+                    ),
+                    measure,
+                )
     case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     case.baseline = next(iter(case.medians))
     return case

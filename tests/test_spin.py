@@ -1,0 +1,72 @@
+"""The learner's spin: it busy-waits for replies that come fast, and sleeps through slow ones.
+
+Measured as the learner thread's CPU time against the wall time of its steps: a spinning wait keeps
+the thread on the CPU, a sleeping one does not.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from contextlib import closing
+
+import gymnasium as gym
+import pytest
+
+from gym_remote import RemoteVectorEnv
+from gym_remote.server import DEFAULT_SPIN_SECONDS
+from tests.partial_envs import make_timed
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _busy_share(envs: RemoteVectorEnv, steps: int) -> float:
+    """The share of the wall time of ``steps`` steps that the learner thread spent on the CPU."""
+    envs.reset(seed=0)
+    for _ in range(3):  # let the spin settle on how fast replies come
+        envs.step(envs.action_space.sample())
+    wall, cpu = time.perf_counter(), time.thread_time()
+    for _ in range(steps):
+        envs.step(envs.action_space.sample())
+    return (time.thread_time() - cpu) / (time.perf_counter() - wall)
+
+
+def _timed_envs(delay: float, spin: float | None) -> RemoteVectorEnv:
+    env_fns = [functools.partial(make_timed, 0, delay, max_steps=10_000, terminate_prob=0.0)]
+    return RemoteVectorEnv(env_fns, num_clients=1, spin=spin)
+
+
+def test_replies_faster_than_the_spin_are_waited_for_busily():
+    with closing(_timed_envs(0.002, spin=0.02)) as envs:
+        assert _busy_share(envs, 30) > 0.6
+
+
+def test_replies_slower_than_the_spin_are_waited_for_asleep():
+    # a spin of 5 ms at every 25 ms step would keep the thread busy 20% of the time
+    with closing(_timed_envs(0.025, spin=0.005)) as envs:
+        assert _busy_share(envs, 20) < 0.08
+
+
+def test_spin_zero_never_spins():
+    with closing(_timed_envs(0.002, spin=0.0)) as envs:
+        assert _busy_share(envs, 30) < 0.3
+
+
+def test_the_default_spins_only_when_a_core_is_left_for_it():
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    env_fns = [lambda: gym.make("CartPole-v1")] * 2
+    with closing(RemoteVectorEnv(env_fns, num_clients=1)) as one_client:
+        assert one_client.spin == (DEFAULT_SPIN_SECONDS if cores >= 2 else 0.0)
+    with closing(RemoteVectorEnv(env_fns, num_clients=2)) as two_clients:
+        assert two_clients.spin == (DEFAULT_SPIN_SECONDS if cores >= 3 else 0.0)
+    with closing(RemoteVectorEnv(num_envs=2)) as remote_clients_only:
+        assert remote_clients_only.spin == DEFAULT_SPIN_SECONDS
+    with closing(RemoteVectorEnv(num_envs=2, spin=0.001)) as chosen:
+        assert chosen.spin == 0.001
+
+
+@pytest.mark.parametrize("spin", [-0.001, float("nan")])
+def test_a_negative_spin_is_refused(spin):
+    with pytest.raises(ValueError, match="spin must be a duration"):
+        RemoteVectorEnv(num_envs=2, spin=spin)
