@@ -123,6 +123,8 @@ class ResultBatch:
         infos are then consumed. For each slot first its final observation and info, then its info.
         """
         infos: dict[str, Any] = {}
+        if not self.slot_infos and not self.slot_finals:
+            return infos
         if batch is None:
             order = [(slot, slot) for slot in sorted(self.slot_infos.keys() | self.slot_finals.keys())]
             batcher = _InfoBatcher(self.num_envs)
@@ -172,7 +174,9 @@ class ResultBatch:
         )
 
     def observations_out(self, copy: bool) -> Any:
-        return deepcopy(self.observations) if copy else self.observations
+        if not copy:
+            return self.observations
+        return self.observations.copy() if type(self.observations) is np.ndarray else deepcopy(self.observations)
 
     def take(self, slots: list[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """What ``recv`` returns: the rows of ``slots`` in this order, their infos, and ``infos["env_id"]``."""

@@ -213,10 +213,11 @@ def parse_result_scalars(frame: bytes, count: int) -> tuple[np.ndarray, np.ndarr
             f"malformed RESULT: header frame of {len(frame)} bytes, "
             f"expected {HEADER_SIZE + 10 * count} for {count} envs"
         )
-    rewards = np.frombuffer(frame, dtype="<f8", count=count, offset=HEADER_SIZE)
-    flags = np.frombuffer(frame, dtype=np.uint8, count=2 * count, offset=HEADER_SIZE + 8 * count)
-    if flags.max(initial=0) > 1:
+    flags_start = HEADER_SIZE + 8 * count
+    if bytes(frame[flags_start:]).translate(None, b"\x00\x01"):  # a byte other than 0 or 1 is left
         raise ProtocolError("malformed RESULT: terminated/truncated bytes must be 0 or 1")
+    rewards = np.frombuffer(frame, dtype="<f8", count=count, offset=HEADER_SIZE)
+    flags = np.frombuffer(frame, dtype=np.uint8, count=2 * count, offset=flags_start)
     return rewards, flags[:count].view(np.bool_), flags[count:].view(np.bool_)
 
 
