@@ -21,7 +21,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
-from gym_remote import RemoteVectorEnv
+from gym_remote import RemoteVectorEnv, transport
 from tests.envs import ACTION_SPACES, SPACES, make_cartpole, make_wrapped_env, space_env
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
@@ -767,3 +767,18 @@ def test_loose_observations(kind, mode):
     from tests.envs import LooseObsEnv
 
     run_pair([functools.partial(LooseObsEnv, kind) for _ in range(3)], autoreset_mode=mode, steps=60, num_clients=2)
+
+
+@pytest.mark.parametrize("copy_obs", [True, False], ids=["copy", "nocopy"])
+def test_observations_large_enough_to_travel_without_copying(copy_obs):
+    # 2 envs of 640 KB observations per client: RESULT frames of 1.25 MiB, sent zero-copy
+    large = spaces.Box(0, 255, (640, 1024), dtype=np.uint8)
+    assert 2 * large.shape[0] * large.shape[1] >= transport.ZERO_COPY_BYTES
+    run_pair(
+        fns(4, observation_space=large, info_kind="sparse", max_steps=6, terminate_prob=0.1),
+        autoreset_mode=AutoresetMode.NEXT_STEP,
+        steps=20,
+        seeds=(3,),
+        copy_obs=copy_obs,
+        num_clients=2,
+    )
