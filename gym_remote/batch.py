@@ -163,15 +163,21 @@ class ResultBatch:
             return deepcopy(self.env_obs[slot])
         return codec.leaves_to_batch(self.space, [leaf[slot].copy() for leaf in self.leaves])
 
-    def step_results(self, copy: bool) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """What ``step`` returns: every slot, the observations copied if ``copy``."""
+    def step_results(self, copy: bool, per_env: bool = False) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """What ``step`` returns: every slot, the observations copied if ``copy``; with ``per_env``
+        the infos as :meth:`per_env_infos` gives them instead of batched."""
         return (
             self.observations_out(copy),
             np.copy(self.rewards),
             np.copy(self.terminations),
             np.copy(self.truncations),
-            self.infos(),
+            self.per_env_infos() if per_env else self.infos(),
         )
+
+    def per_env_infos(self) -> tuple[list[dict], list[tuple[Any, dict] | None]]:
+        """Each slot's info (a copy), and its ``(final_obs, final_info)`` or None: unbatched."""
+        infos = [dict(self.slot_infos.get(slot, {})) for slot in range(self.num_envs)]
+        return infos, [self.slot_finals.get(slot) for slot in range(self.num_envs)]
 
     def observations_out(self, copy: bool) -> Any:
         if not copy:

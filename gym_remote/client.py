@@ -35,7 +35,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from gym_remote import codec, protocol, transport
 from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
-from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
+from gym_remote.protocol import FLAG_VALUE, WRAPPERS_QUERY, Kind, format_slots, kind_name
 from gym_remote.security import KeySource, client_security, is_local_endpoint
 
 __all__ = ["EnvClient", "HostedEnvs"]
@@ -161,21 +161,28 @@ class HostedEnvs:
         self._gather_observations(indexes)
         return infos
 
-    def call(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
-        """``SyncVectorEnv.call`` for the hosted envs: reach ``name`` through wrappers, call it if callable."""
+    def call(
+        self, name: str, args: Sequence[Any], kwargs: dict[str, Any], indexes: Sequence[int] | None = None
+    ) -> list[Any]:
+        """``SyncVectorEnv.call`` for the envs ``indexes`` (all if None), in order: reach ``name`` through
+        wrappers, call it if callable. The name :data:`WRAPPERS_QUERY` asks for each env's wrapper classes."""
         results = []
-        for index, env in enumerate(self.envs):
+        for index in range(self.count) if indexes is None else indexes:
+            env = self.envs[index]
             self.failed_index = index
+            if name == WRAPPERS_QUERY:
+                results.append(_wrapper_classes(env))
+                continue
             function = env.get_wrapper_attr(name)
             results.append(function(*args, **kwargs) if callable(function) else function)
         self.failed_index = None
         return results
 
-    def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        """Set ``name`` on every hosted env through its wrappers, one value per env."""
-        for index, (env, value) in enumerate(zip(self.envs, values, strict=True)):
+    def set_attr(self, name: str, values: Sequence[Any], indexes: Sequence[int] | None = None) -> None:
+        """Set ``name`` on the envs ``indexes`` (all if None) through their wrappers, one value per env."""
+        for index, value in zip(range(self.count) if indexes is None else indexes, values, strict=True):
             self.failed_index = index
-            env.set_wrapper_attr(name, value)
+            self.envs[index].set_wrapper_attr(name, value)
         self.failed_index = None
 
     def close(self) -> None:
@@ -625,13 +632,18 @@ class EnvClient:
             infos = hosted.reset(seeds, command["options"], indexes)
             self._send_result(hosted, header.seq, infos, None, indexes)
         elif kind == Kind.CALL:
+            indexes = self._read_indexes(hosted, header)
             command = self._read_value(header)
-            results = hosted.call(command["name"], command["args"], command["kwargs"])
-            self._send_call_result(header.seq, results)
+            results = hosted.call(command["name"], command["args"], command["kwargs"], indexes)
+            self._send_call_result(header.seq, results, indexes)
         elif kind == Kind.SET_ATTR:
+            indexes = self._read_indexes(hosted, header)
             command = self._read_value(header)
-            hosted.set_attr(command["name"], command["values"])
-            self._send_call_result(header.seq, None)
+            values = command["values"]
+            if not isinstance(values, list) or len(values) != header.count:
+                raise ProtocolError(f"SET_ATTR must carry a list of {header.count} values")
+            hosted.set_attr(command["name"], values, indexes)
+            self._send_call_result(header.seq, None, indexes)
         elif kind == Kind.PING:
             transport.drain(self._socket)  # a probe: the server checks that this connection still routes
         elif kind == Kind.CLOSE:
@@ -736,13 +748,14 @@ class EnvClient:
                 "(RemoteVectorEnv(max_message_bytes=...)); host fewer envs per client or raise the limit"
             )
 
-    def _send_call_result(self, seq: int, results: list[Any] | None) -> None:
+    def _send_call_result(self, seq: int, results: list[Any] | None, indexes: list[int] | None = None) -> None:
+        slots = self.slots if indexes is None else [self.slots[index] for index in indexes]
         message = protocol.message(
             Kind.CALL_RESULT,
             {"results": results},
             seq=seq,
             allow_pickle=self._trusted,
-            label=lambda path: f"the result of slot {self.slots[path[1][0]]}{protocol.path_text(path[2:])}",
+            label=lambda path: f"the result of slot {slots[path[1][0]]}{protocol.path_text(path[2:])}",
         )
         self._check_sizes(message)
         self._socket.send_multipart(message)
@@ -768,6 +781,18 @@ class EnvClient:
     def _parent_alive(self) -> bool:
         parent = (self._launch or {}).get("parent_pid")
         return parent is None or os.getppid() == parent
+
+
+def _wrapper_classes(env: gym.Env) -> list[str]:
+    """The classes (``module.qualname``, bases included) of the wrappers around ``env``, outermost first."""
+    names: list[str] = []
+    while isinstance(env, gym.Wrapper):
+        for kind in type(env).__mro__:
+            name = f"{kind.__module__}.{kind.__qualname__}"
+            if name not in names:
+                names.append(name)
+        env = env.env
+    return names
 
 
 def _result_label(slots: list[int], path: tuple[tuple[Any, str], ...]) -> str:

@@ -166,11 +166,14 @@ def reset(seed: Sequence[int | None] | None, options: Any, plan_of: PlanOf) -> B
     return build
 
 
-def call(kind: Kind, what: str, value_for: Callable[[ClientInfo], dict]) -> Builder:
-    """CALL or SET_ATTR messages (``what`` names the call in errors) with the value ``value_for(client)``."""
+def call(kind: Kind, what: str, value_for: Callable[[Plan], dict], plan_of: PlanOf = whole) -> Builder:
+    """CALL or SET_ATTR messages (``what`` names the call in errors) for the envs of each client's plan,
+    with the value ``value_for(plan)``."""
 
     def build(client: ClientInfo, seq: int) -> list[Any]:
-        return command(kind, client, seq, value_for(client), lambda path: _call_label(client, what, path))
+        plan = plan_of(client)
+        label = lambda path: _call_label(plan.slots, what, path)  # noqa: E731
+        return command(kind, client, seq, value_for(plan), label, plan.indexes)
 
     return build
 
@@ -196,10 +199,10 @@ def _reset_label(slots: list[int], path: tuple[tuple[Any, str], ...]) -> str:
     return f"the reset {path[0][0]} for slot {slots[path[1][0]]}"
 
 
-def _call_label(client: ClientInfo, what: str, path: tuple[tuple[Any, str], ...]) -> str:
+def _call_label(slots: list[int], what: str, path: tuple[tuple[Any, str], ...]) -> str:
     field, rest = path[0][0], protocol.path_text(path[2:])
     if field == "args":
         return f"argument {path[1][0]} of {what}{rest}"
     if field == "kwargs":
         return f"keyword argument {path[1][0]!r} of {what}{rest}"
-    return f"the value for slot {client.slots[path[1][0]]} in {what}{rest}"
+    return f"the value for slot {slots[path[1][0]]} in {what}{rest}"

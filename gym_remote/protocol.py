@@ -31,6 +31,7 @@ __all__ = [
     "FLAG_VALUE",
     "FLAG_DTYPES",
     "FLAG_SUBSET",
+    "WRAPPERS_QUERY",
     "index_frame",
     "parse_index_frame",
     "pack_step_header",
@@ -60,7 +61,10 @@ FLAG_DTYPES = 0x2
 """STEP only: the action frames have the dtypes listed after the header, not the action space's."""
 
 FLAG_SUBSET = 0x4
-"""RESET or STEP for some of the client's envs: frame 1 lists their indexes; the RESULT covers only those."""
+"""A command for some of the client's envs: frame 1 lists their indexes; the reply covers only those."""
+
+WRAPPERS_QUERY = "gym_remote:wrappers"
+"""A CALL ``name`` no attribute can have: it asks for the classes of each env's wrappers (PROTOCOL.md §5.3)."""
 
 MAX_ENVS_PER_CLIENT = 0xFFFF
 INDEX = np.dtype("<u2")

@@ -468,13 +468,18 @@ class RemoteVectorEnv(VectorEnv):
                 ``*_wait``, or partial batches have results outstanding (see :meth:`recv`).
         """
         self._check_idle("reset_async")
-        seed = self._seeds(seed)
         reset_mask = None
         if options is not None and "reset_mask" in options:
             reset_mask = options.pop("reset_mask")
             _check_reset_mask(reset_mask, self.num_envs)
-        self._ensure_spaces()
         slots = list(range(self.num_envs)) if reset_mask is None else np.flatnonzero(reset_mask).tolist()
+        self._reset_async_slots(slots, seed, options)
+
+    def _reset_async_slots(self, slots: list[int], seed: int | list[int | None] | None, options: Any) -> None:
+        """:meth:`reset_async` for ``slots``, each given ``options`` as they are (also None)."""
+        self._check_idle("reset_async")
+        seed = self._seeds(seed)
+        self._ensure_spaces()
         self._batch.clear_infos()
         self._reset_call = self._start_reset(slots, seed, options, "reset")
         self._waiting_for = "reset"
@@ -491,6 +496,15 @@ class RemoteVectorEnv(VectorEnv):
                 ``multiprocessing.TimeoutError``, as ``AsyncVectorEnv`` raises); later replies to them
                 are dropped, and the vector env can be used again.
         """
+        self._collect_reset(timeout)
+        return self._batch.observations_out(self.copy), self._batch.infos()
+
+    def _reset_wait_per_env(self, timeout: float | None = None) -> tuple[Any, list[dict]]:
+        """:meth:`reset_wait` with a list of each slot's info instead of batched infos."""
+        self._collect_reset(timeout)
+        return self._batch.observations_out(self.copy), self._batch.per_env_infos()[0]
+
+    def _collect_reset(self, timeout: float | None) -> None:
         self._check_waiting("reset", "reset_wait", "reset_async")
         call, self._reset_call, self._waiting_for = self._reset_call, None, None
         self._finish_reset(call, timeout)
@@ -500,7 +514,6 @@ class RemoteVectorEnv(VectorEnv):
         self._autoreset_envs[slots] = False
         self._start_episodes()
         batch.gather()
-        return batch.observations_out(self.copy), batch.infos()
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env with its action; as ``SyncVectorEnv.step`` (autoreset happens in the clients).
@@ -553,6 +566,18 @@ class RemoteVectorEnv(VectorEnv):
                 as ``AsyncVectorEnv`` raises). This step's results are lost: replies that come later are
                 dropped, never mixed into a later call, and the vector env can be used again.
         """
+        self._collect_step(timeout)
+        return self._batch.step_results(self.copy)
+
+    def _step_wait_per_env(
+        self, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, tuple[list[dict], list[tuple[Any, dict] | None]]]:
+        """:meth:`step_wait` with, instead of batched infos, a list of each slot's info and a list of
+        each slot's ``(final_obs, final_info)`` (SAME_STEP mode) or None."""
+        self._collect_step(timeout)
+        return self._batch.step_results(self.copy, per_env=True)
+
+    def _collect_step(self, timeout: float | None) -> None:
         self._check_waiting("step", "step_wait", "step_async")
         exchange, self._step_call, self._waiting_for = self._step_call, None, None
         timeout = self.timeout if timeout is None else timeout
@@ -561,7 +586,6 @@ class RemoteVectorEnv(VectorEnv):
         batch = self._batch
         batch.gather()
         np.logical_or(batch.terminations, batch.truncations, out=self._autoreset_envs)
-        return batch.step_results(self.copy)
 
     # -- partial batches (EnvPool's send / recv) --------------------------------------------------
 
@@ -656,8 +680,7 @@ class RemoteVectorEnv(VectorEnv):
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` on every sub-env (reached through wrappers) or read it if not callable; one result per slot."""
         self._check_no_call("call")
-        command = {"name": name, "args": list(args), "kwargs": kwargs}
-        return self._call_clients(Kind.CALL, lambda client: command, f"call({name!r})")
+        return self._call_slots(range(self.num_envs), name, *args, **kwargs)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """The attribute ``name`` of every sub-env (reached through wrappers), one per slot."""
@@ -665,18 +688,31 @@ class RemoteVectorEnv(VectorEnv):
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set ``name`` on every sub-env: one value per slot, or one value for all (as ``SyncVectorEnv``)."""
+        self._set_attr_slots(range(self.num_envs), name, values)
+
+    def _call_slots(self, slots: Iterable[int], name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """:meth:`call` on the sub-envs of ``slots`` only (distinct); one result per slot, in that order."""
+        self._check_no_call("call")
+        command = {"name": name, "args": list(args), "kwargs": kwargs}
+        return self._call_clients(Kind.CALL, lambda plan: command, f"call({name!r})", slots)
+
+    def _set_attr_slots(self, slots: Iterable[int], name: str, values: Any) -> None:
+        """:meth:`set_attr` on the sub-envs of ``slots`` only (distinct): one value per slot, or one for all."""
         self._check_no_call("set_attr")
+        slots = list(slots)
         if not isinstance(values, (list, tuple)):
-            values = [values for _ in range(self.num_envs)]
-        if len(values) != self.num_envs:
+            values = [values for _ in slots]
+        if len(values) != len(slots):
             raise ValueError(
                 "Values must be a list or tuple with length equal to the number of environments. "
-                f"Got `{len(values)}` values for {self.num_envs} environments."
+                f"Got `{len(values)}` values for {len(slots)} environments."
             )
+        value_of = dict(zip(slots, values, strict=True))
         self._call_clients(
             Kind.SET_ATTR,
-            lambda client: {"name": name, "values": [values[slot] for slot in client.slots]},
+            lambda plan: {"name": name, "values": [value_of[slot] for slot in plan.slots]},
             f"set_attr({name!r})",
+            slots,
         )
 
     def close_extras(self, timeout: float = 5.0, **kwargs: Any) -> None:
@@ -863,33 +899,40 @@ class RemoteVectorEnv(VectorEnv):
             self._lost_unreported.pop(slot, None)
         logger.info("slots %s: episodes truncated, their client was lost", protocol.format_slots(lost))
 
-    def _call_clients(self, kind: Kind, command_for: Callable[[ClientInfo], dict], what: str) -> tuple[Any, ...]:
-        results: list[Any] = [None] * self.num_envs
-        build = commands.call(kind, what, command_for)
+    def _call_clients(
+        self, kind: Kind, command_for: Callable[[commands.Plan], dict], what: str, slots: Iterable[int]
+    ) -> tuple[Any, ...]:
+        """Send ``kind`` to the clients of ``slots`` (each client's command for its envs among them);
+        the CALL results, one per slot in the order of ``slots``."""
+        slots = _distinct_slots(slots, self.num_envs)
+        results: dict[int, Any] = {}
 
         def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
             reply = self._server.recv_value(client, header)
             values = reply.get("results") if isinstance(reply, dict) else None
             if kind == Kind.CALL:
-                if not isinstance(values, list) or len(values) != client.count:
-                    raise ProtocolError(f"CALL_RESULT must carry {client.count} results")
-                for slot, value in zip(client.slots, values, strict=True):
-                    results[slot] = value
+                plan = plans[client.identity]
+                if not isinstance(values, list) or len(values) != len(plan.slots):
+                    raise ProtocolError(f"CALL_RESULT must carry {len(plan.slots)} results")
+                results.update(zip(plan.slots, values, strict=True))
 
-        if self._lost_unreported:
-            slots = protocol.format_slots(sorted(self._lost_unreported))
+        unreachable = sorted(self._lost_unreported.keys() & set(slots))
+        if unreachable:
             raise ClientLostError(
-                f"{what} cannot reach slots {slots}: their client was lost (the next step() reports it, "
-                "and a new client takes over)"
+                f"{what} cannot reach slots {protocol.format_slots(unreachable)}: their client was lost (the next "
+                "step() reports it, and a new client takes over)"
             )
-        clients = self._server.clients_of(self._wait_for_clients(lambda: list(range(self.num_envs))))
+        self._wait_for_clients(lambda: slots)
+        plans = commands.plans_for(self._server.slots, slots)
+        build = commands.call(kind, what, command_for, commands.lookup(plans))
+        clients = self._server.clients_of(slots)
         lost = self._server.exchange(
             clients, build, on_reply, reply_kind=Kind.CALL_RESULT, timeout=self.timeout, what=what
         )
         if lost:
-            slots = sorted(slot for client in lost for slot in client.slots)
-            raise ClientLostError(f"{what} failed: the clients of slots {protocol.format_slots(slots)} were lost")
-        return tuple(results)
+            gone = sorted(slot for client in lost for slot in client.slots)
+            raise ClientLostError(f"{what} failed: the clients of slots {protocol.format_slots(gone)} were lost")
+        return tuple(results.get(slot) for slot in slots)
 
 
 @dataclass(eq=False)
@@ -921,6 +964,14 @@ def _env_ids(env_id: Any, num_envs: int) -> np.ndarray:
     if len(np.unique(ids)) != len(ids):
         raise ValueError(f"env_id names a slot twice: {ids.tolist()}")
     return ids.astype(np.intp)
+
+
+def _distinct_slots(slots: Iterable[int], num_envs: int) -> list[int]:
+    """``slots`` as a list, checked: distinct slot numbers below ``num_envs``."""
+    chosen = [int(slot) for slot in slots]
+    if len(set(chosen)) != len(chosen) or any(not 0 <= slot < num_envs for slot in chosen):
+        raise ValueError(f"expected distinct slots between 0 and {num_envs - 1}, got {chosen}")
+    return chosen
 
 
 def _usable_cores() -> int:

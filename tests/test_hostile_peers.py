@@ -1461,6 +1461,34 @@ GARBAGE_COMMANDS = {
         33,
         "list of 1 seeds",
     ),
+    "CALL subset naming an env the client lacks": (
+        [
+            raw_header(Kind.CALL, seq=34, count=1, flags=FLAG_SUBSET | FLAG_VALUE),
+            protocol.index_frame([5]),
+            b'{"name": "spec", "args": ["l"], "kwargs": {}}',
+        ],
+        34,
+        "index",
+    ),
+    "CALL subset without its index frame": (
+        [raw_header(Kind.CALL, seq=35, count=1, flags=FLAG_SUBSET | FLAG_VALUE)],
+        35,
+        "lacks its index frame",
+    ),
+    "SET_ATTR with values for 2 of 1 envs": (
+        [
+            raw_header(Kind.SET_ATTR, seq=36, count=1, flags=FLAG_SUBSET | FLAG_VALUE),
+            protocol.index_frame([0]),
+            b'{"name": "marker", "values": ["l", 1, 2]}',
+        ],
+        36,
+        "list of 1 values",
+    ),
+    "SET_ATTR for 3 envs of 2": (
+        _value_command(Kind.SET_ATTR, 37, b'{"name": "marker", "values": ["l", 1, 2, 3]}', count=3),
+        37,
+        "SET_ATTR for 3 envs",
+    ),
 }
 
 
@@ -1518,6 +1546,23 @@ def test_env_client_answers_garbage_with_errors_and_keeps_serving(stack, tmp_pat
     obs, _, _, _ = _result(server.recv(), 43)
     np.testing.assert_array_equal(obs[0], reference[0].step(int(ACTIONS[0]))[0])  # env 0 was not stepped by 42
     np.testing.assert_array_equal(obs[1], reference[1].step(int(ACTIONS[1]))[0])
+
+    # calls for env 1 only: SET_ATTR reaches env 1 alone, CALL answers for it alone
+    server.send(protocol.message(Kind.SET_ATTR, {"name": "marker", "values": [7]}, seq=44, count=1, indexes=[1]))
+    reply = server.recv()
+    assert reply.kind == Kind.CALL_RESULT and reply.header.seq == 44 and reply.value == {"results": None}
+    server.send(protocol.message(Kind.CALL, {"name": "marker", "args": [], "kwargs": {}}, seq=45, count=1, indexes=[1]))
+    reply = server.recv()
+    assert reply.kind == Kind.CALL_RESULT and reply.value == {"results": [7]}, reply.describe()
+    server.send(protocol.message(Kind.CALL, {"name": "marker", "args": [], "kwargs": {}}, seq=46, count=1, indexes=[0]))
+    reply = server.recv()
+    assert reply.kind == Kind.ERROR and "marker" in reply.value["message"], reply.describe()
+    query = {"name": protocol.WRAPPERS_QUERY, "args": [], "kwargs": {}}
+    server.send(protocol.message(Kind.CALL, query, seq=47, count=2))
+    reply = server.recv()
+    wrappers = reply.value["results"]
+    assert len(wrappers) == 2 and "gymnasium.wrappers.common.TimeLimit" in wrappers[0], reply.describe()
+    assert "gymnasium.core.Wrapper" in wrappers[1] and "gymnasium.core.Env" in wrappers[1]
 
     server.send([protocol.pack_header(Kind.CLOSE, 41)])
     bye = server.recv()

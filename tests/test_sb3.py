@@ -1,0 +1,218 @@
+"""Stable-Baselines3 through gym_remote.sb3.RemoteVecEnv: what DummyVecEnv gives, and SB3's own
+algorithms, wrappers and helpers running on it (real SB3, torch limited to one thread)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.wrappers import TimeLimit
+from stable_baselines3 import DQN, PPO, SAC
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecMonitor, VecNormalize
+
+from gym_remote import RemoteVectorEnv
+from gym_remote.sb3 import RemoteVecEnv
+from tests.envs import space_env
+from tests.test_equivalence import WALL_CLOCK, assert_same
+
+torch.set_num_threads(1)  # OMP_NUM_THREADS=1 is set in conftest.py
+pytestmark = pytest.mark.timeout(120)
+
+
+def space_envs(count: int, **kwargs: Any) -> list[Callable[[], gym.Env]]:
+    return [functools.partial(space_env, env_id=index, **kwargs) for index in range(count)]
+
+
+def make_cartpole() -> gym.Env:
+    return gym.make("CartPole-v1", max_episode_steps=25)
+
+
+def make_monitored_cartpole() -> gym.Env:
+    return Monitor(gym.make("CartPole-v1", max_episode_steps=40))
+
+
+def make_pendulum() -> gym.Env:
+    return gym.make("Pendulum-v1", max_episode_steps=30)
+
+
+@pytest.fixture
+def adapters():
+    """Makes RemoteVecEnvs and closes them all after the test."""
+    made: list[RemoteVecEnv] = []
+
+    def make(*args: Any, **kwargs: Any) -> RemoteVecEnv:
+        made.append(RemoteVecEnv(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for venv in made:
+        venv.close()
+
+
+def run_side_by_side(dummy, remote, steps: int, seed: int = 0) -> None:
+    """Seed, reset and step both with the same random actions; every return and ``reset_infos`` must match."""
+    dummy.seed(seed)
+    remote.seed(seed)
+    assert_same(dummy.reset(), remote.reset(), "reset obs")
+    assert_same(dummy.reset_infos, remote.reset_infos, "reset_infos after reset")
+    dummy.action_space.seed(seed)
+    for step in range(steps):
+        actions = np.stack([dummy.action_space.sample() for _ in range(dummy.num_envs)])
+        expected, got = dummy.step(actions), remote.step(actions)
+        for info in expected[3]:  # DummyVecEnv passes on the env's own type (bool or numpy.bool)
+            info["TimeLimit.truncated"] = bool(info["TimeLimit.truncated"])
+        assert_same(expected, got, f"step {step}", loose=WALL_CLOCK)
+        assert_same(dummy.reset_infos, remote.reset_infos, f"reset_infos at step {step}")
+
+
+@pytest.mark.parametrize("observation_space", ["box_f32", "dict"])
+@pytest.mark.parametrize("num_clients", [1, 3])
+def test_steps_as_dummy_vec_env(adapters, observation_space, num_clients):
+    env_fns = space_envs(4, observation_space=observation_space, max_steps=7, terminate_prob=0.1)
+    dummy = DummyVecEnv(env_fns)
+    try:
+        run_side_by_side(dummy, adapters(env_fns, num_clients=num_clients), steps=40)
+    finally:
+        dummy.close()
+
+
+def test_cartpole_time_limits_as_dummy_vec_env(adapters):
+    dummy = DummyVecEnv([make_cartpole] * 3)
+    remote = adapters([make_cartpole] * 3, num_clients=2)
+    try:
+        run_side_by_side(dummy, remote, steps=120, seed=5)
+    finally:
+        dummy.close()
+
+
+def test_reset_options_per_env_as_dummy_vec_env(adapters):
+    env_fns = space_envs(4, info_kind="sparse")
+    dummy, remote = DummyVecEnv(env_fns), adapters(env_fns, num_clients=2)
+    try:
+        for venv in (dummy, remote):
+            venv.seed(3)
+            venv.set_options([{"level": 1}, {}, {"level": 1}, {"level": 2}])
+        assert_same(dummy.reset(), remote.reset(), "reset obs")
+        assert_same(dummy.reset_infos, remote.reset_infos, "reset_infos")
+        assert [info.get("options") for info in remote.reset_infos] == [{"level": 1}, None, {"level": 1}, {"level": 2}]
+        # options and seeds are used once
+        assert_same(dummy.reset(), remote.reset(), "second reset obs")
+        assert all("options" not in info for info in remote.reset_infos)
+    finally:
+        dummy.close()
+
+
+def test_attributes_and_methods_reach_only_the_envs_of_indices(adapters):
+    env_fns = space_envs(4)
+    dummy, remote = DummyVecEnv(env_fns), adapters(env_fns, num_clients=2)
+    try:
+        for venv in (dummy, remote):
+            venv.seed(1)
+            venv.reset()
+            venv.set_attr("scale", 3.0, indices=[1, 2])
+            venv.set_attr("custom_attr", ["a", "list"], indices=2)
+        for venv_call in (
+            lambda venv: venv.get_attr("scale"),
+            lambda venv: venv.get_attr("custom_attr", indices=[2, 0]),
+            lambda venv: venv.env_method("scaled", 2.0, factor=0.5),
+            lambda venv: venv.env_method("describe", verbose=True, indices=[3, 1]),
+            lambda venv: venv.env_method("reset", seed=9, indices=[2]),
+            lambda venv: venv.get_attr("steps"),
+        ):
+            assert_same(venv_call(dummy), venv_call(remote), "call")
+        assert remote.get_attr("scale") == [1.0, 3.0, 3.0, 1.0]
+        assert remote.has_attr("custom_attr") and not remote.has_attr("no_such_attribute")
+    finally:
+        dummy.close()
+
+
+def test_env_is_wrapped(adapters):
+    remote = adapters([make_monitored_cartpole, make_cartpole], num_clients=2)
+    assert remote.env_is_wrapped(Monitor) == [True, False]
+    assert remote.env_is_wrapped(TimeLimit) == [True, True]
+    assert remote.env_is_wrapped(gym.Wrapper, indices=[1]) == [True]  # a base class of every wrapper
+    assert remote.env_is_wrapped(VecMonitor) == [False, False]  # not an env wrapper at all
+
+
+def test_images_and_render_mode(adapters):
+    remote = adapters(space_envs(3, render_mode="rgb_array"), num_clients=1)
+    remote.reset()
+    assert remote.render_mode == "rgb_array"
+    images = remote.get_images()
+    assert [image.shape for image in images] == [(4, 5, 3)] * 3
+    assert [int(image[0, 0, 1]) for image in images] == [0, 1, 2]
+    assert remote.render().shape[-1] == 3  # SB3 tiles the images
+    plain = adapters(space_envs(2), num_clients=1)
+    with pytest.warns(UserWarning, match="render mode"):
+        assert plain.get_images() == [None, None]
+
+
+def test_wraps_a_remote_vector_env_built_elsewhere(adapters):
+    envs = RemoteVectorEnv([make_cartpole] * 2, num_clients=1, autoreset_mode="SameStep")
+    remote = adapters(envs=envs)
+    assert remote.reset().shape == (2, 4)
+    remote.close()
+    assert envs.closed
+
+
+def test_refuses_what_sb3_cannot_use():
+    envs = RemoteVectorEnv([make_cartpole] * 2, num_clients=1)  # NEXT_STEP
+    try:
+        with pytest.raises(ValueError, match="SameStep"):
+            RemoteVecEnv(envs=envs)
+        with pytest.raises(ValueError, match="not both"):
+            RemoteVecEnv([make_cartpole], envs=envs)
+        with pytest.raises(ValueError, match="built already"):
+            RemoteVecEnv(envs=envs, num_clients=2)
+    finally:
+        envs.close()
+    with pytest.raises(ValueError, match="not neither"):
+        RemoteVecEnv()
+
+
+# -- SB3's algorithms, wrappers and helpers ---------------------------------------------------------
+
+
+def test_ppo_learns_and_evaluate_policy_runs(adapters):
+    # no VecMonitor: SB3 finds the clients' Monitor wrappers through env_is_wrapped
+    venv = adapters([make_monitored_cartpole] * 4, num_clients=2)
+    model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=2, seed=0, device="cpu")
+    model.learn(total_timesteps=512)
+    assert model.num_timesteps >= 512
+    mean_reward, std_reward = evaluate_policy(model, venv, n_eval_episodes=4, warn=False)
+    assert 0 < mean_reward <= 40 and std_reward >= 0
+
+
+def test_dqn_learns(adapters):
+    venv = adapters([make_cartpole] * 2, num_clients=1)
+    model = DQN("MlpPolicy", venv, learning_starts=64, buffer_size=2_000, train_freq=4, seed=0, device="cpu")
+    model.learn(total_timesteps=300)
+    assert model.num_timesteps >= 300 and model.replay_buffer.size() > 0
+
+
+def test_sac_learns_with_box_actions(adapters):
+    venv = adapters([make_pendulum] * 2, num_clients=2)
+    model = SAC("MlpPolicy", venv, learning_starts=40, buffer_size=2_000, batch_size=32, seed=0, device="cpu")
+    model.learn(total_timesteps=120)
+    assert model.num_timesteps >= 120
+    # the replay buffer holds the terminal observations of the episodes that ended (time limit 30)
+    assert model.replay_buffer.size() > 0
+
+
+def test_vec_normalize_and_frame_stack_as_on_dummy_vec_env(adapters):
+    def wrap(venv):
+        return VecFrameStack(VecNormalize(VecMonitor(venv), gamma=0.9), n_stack=3)
+
+    dummy = wrap(DummyVecEnv([make_cartpole] * 3))
+    remote = wrap(adapters([make_cartpole] * 3, num_clients=3))
+    try:
+        run_side_by_side(dummy, remote, steps=60, seed=11)
+    finally:
+        dummy.close()
