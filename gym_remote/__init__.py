@@ -22,6 +22,7 @@ from gym_remote.errors import (
     RemoteTimeoutError,
 )
 from gym_remote.protocol import PROTOCOL_VERSION
+from gym_remote.registration import REMOTE_VECTOR_ENV_ID, register
 from gym_remote.vector_env import RemoteVectorEnv
 
 __all__ = [
@@ -35,9 +36,11 @@ __all__ = [
     "ClientLostError",
     "RemoteTimeoutError",
     "PROTOCOL_VERSION",
+    "REMOTE_VECTOR_ENV_ID",
     "__version__",
 ]
 
 __version__ = "0.1.0"
 
 logging.getLogger("gym_remote").addHandler(logging.NullHandler())
+register()  # gym.make_vec("gym_remote/RemoteVectorEnv-v0", num_envs=..., env_id=...)

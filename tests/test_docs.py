@@ -7,10 +7,12 @@ import doctest
 import pytest
 
 import gym_remote
-from gym_remote import codec, protocol, sb3, vector_env
+from gym_remote import codec, protocol, registration, sb3, vector_env
 
 
-@pytest.mark.parametrize("module", [gym_remote, vector_env, protocol, codec, sb3], ids=lambda module: module.__name__)
+@pytest.mark.parametrize(
+    "module", [gym_remote, vector_env, protocol, codec, sb3, registration], ids=lambda module: module.__name__
+)
 def test_docstring_examples(module):
     failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert failures == 0

@@ -48,3 +48,30 @@ def test_wrapped_remote_matches_wrapped_sync(num_clients):
     finally:
         remote.close()
         sync.close()
+
+
+def make_pendulum():
+    return gym.make("Pendulum-v1", max_episode_steps=40)
+
+
+def wrap_actions_and_observations(envs: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
+    envs = vector_wrappers.RescaleAction(envs, min_action=np.float32(-1), max_action=np.float32(1))
+    envs = vector_wrappers.ClipAction(envs)  # clips to [-1, 1], which is rescaled to Pendulum's [-2, 2]
+    return vector_wrappers.TransformObservation(envs, lambda observations: 2.0 * observations + 1.0)
+
+
+def test_action_and_observation_wrappers_match_sync():
+    env_fns = [make_pendulum for _ in range(3)]
+    sync = wrap_actions_and_observations(gym.vector.SyncVectorEnv(env_fns))
+    remote = wrap_actions_and_observations(RemoteVectorEnv(env_fns, num_clients=2))
+    try:
+        assert remote.action_space == sync.action_space
+        assert data_equivalence(remote.reset(seed=4), sync.reset(seed=4), exact=True)
+        rng = np.random.default_rng(4)
+        for step in range(90):
+            actions = rng.uniform(-1.5, 1.5, size=(3, 1)).astype(np.float32)  # some out of range: clipped
+            got, expected = remote.step(actions), sync.step(actions)
+            assert data_equivalence(got, expected, exact=True), f"step {step}"
+    finally:
+        remote.close()
+        sync.close()

@@ -1,0 +1,61 @@
+"""``gym.make_vec("gym_remote/RemoteVectorEnv-v0", ...)``: a RemoteVectorEnv that steps as make_vec's SyncVectorEnv."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode
+
+from gym_remote import REMOTE_VECTOR_ENV_ID, RemoteVectorEnv
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("autoreset_mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_make_vec_steps_as_sync(autoreset_mode):
+    env_kwargs = {"max_episode_steps": 30}
+    remote = gym.make_vec(
+        REMOTE_VECTOR_ENV_ID,
+        num_envs=4,
+        env_id="CartPole-v1",
+        env_kwargs=env_kwargs,
+        num_clients=2,
+        autoreset_mode=autoreset_mode,
+    )
+    sync = gym.make_vec(
+        "CartPole-v1",
+        num_envs=4,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": autoreset_mode},
+        **env_kwargs,
+    )
+    try:
+        assert isinstance(remote, RemoteVectorEnv) and remote.autoreset_mode is autoreset_mode
+        assert remote.spec.id == REMOTE_VECTOR_ENV_ID
+        assert remote.spec.kwargs["env_id"] == "CartPole-v1" and remote.spec.kwargs["num_envs"] == 4
+        assert remote.single_observation_space == sync.single_observation_space
+        assert data_equivalence(remote.reset(seed=3), sync.reset(seed=3), exact=True)
+        rng = np.random.default_rng(3)
+        ended = 0
+        for step in range(80):
+            actions = rng.integers(0, 2, size=4)
+            got, expected = remote.step(actions), sync.step(actions)
+            assert data_equivalence(got, expected, exact=True), f"step {step}"
+            ended += int(np.sum(got[2] | got[3]))
+        assert ended > 4
+    finally:
+        remote.close()
+        sync.close()
+
+
+def test_make_vec_without_env_id_is_a_server_for_remote_clients():
+    envs = gym.make_vec(REMOTE_VECTOR_ENV_ID, num_envs=3, bind="tcp://127.0.0.1:*", connect_timeout=5)
+    try:
+        assert isinstance(envs, RemoteVectorEnv) and envs.num_envs == 3 and envs.num_clients == 0
+        assert envs.address.startswith("tcp://127.0.0.1:")
+    finally:
+        envs.close()
+    with pytest.raises(ValueError, match="env_kwargs are for env_id"):
+        gym.make_vec(REMOTE_VECTOR_ENV_ID, num_envs=2, env_kwargs={"max_episode_steps": 5})
