@@ -6,6 +6,7 @@
 * processes by pid: :func:`pid_alive`, :func:`child_pids`, :func:`is_local_client`,
   :func:`kill_local_clients`, :class:`KillWhenMarked`;
 * waiting: :func:`wait_until`, :func:`step_until`; who serves what: :func:`rows_by_client`;
+  the same steps on two vector envs: :func:`assert_same_steps`;
   an address: :func:`free_tcp_address`;
 * raw protocol messages for peers that are not EnvClients: :func:`raw_header`, :func:`hello_value`,
   :func:`hello_frames`.
@@ -27,12 +28,36 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.utils.env_checker import data_equivalence
 
 from gym_remote import EnvClient, RemoteVectorEnv, codec, protocol
 from gym_remote.protocol import FLAG_VALUE, Kind
 
 GYM_REMOTE_SCRIPT = str(Path(sys.executable).with_name("gym-remote"))
 """The ``gym-remote`` console script of the interpreter running the tests."""
+
+
+# -- comparing ------------------------------------------------------------------------------------
+
+
+def assert_same_steps(
+    remote: gym.vector.VectorEnv, sync: gym.vector.VectorEnv, actions: Iterable[Any], seed: int
+) -> int:
+    """Reset both with ``seed`` and step both with each batch of ``actions``: every return must be the
+    same (``data_equivalence``, exact; an episode's wall-clock time ``infos["episode"]["t"]`` aside).
+
+    Returns:
+        How many episodes ended.
+    """
+    assert data_equivalence(remote.reset(seed=seed), sync.reset(seed=seed), exact=True)
+    ended = 0
+    for step, batch in enumerate(actions):
+        got, expected = remote.step(batch), sync.step(batch)
+        for infos in (got[4], expected[4]):
+            infos.get("episode", {}).pop("t", None)
+        assert data_equivalence(got, expected, exact=True), f"step {step}: {got} != {expected}"
+        ended += int(sum(got[2] | got[3]))
+    return ended
 
 
 # -- waiting ---------------------------------------------------------------------------------------
