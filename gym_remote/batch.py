@@ -29,8 +29,9 @@ class ResultBatch:
     ``_add_info`` does slot by slot.
     """
 
-    def __init__(self, observation_space: gym.Space, num_envs: int) -> None:
+    def __init__(self, observation_space: gym.Space, num_envs: int, legacy_infos: bool = False) -> None:
         self.space = observation_space
+        self.legacy_infos = legacy_infos  # infos laid out as Gymnasium 0.29 did (see infos())
         self.num_envs = num_envs
         self.observations: Any = create_empty_array(observation_space, n=num_envs, fn=np.zeros)
         self.is_array = codec.array_leaf_spaces(observation_space) is not None
@@ -121,6 +122,8 @@ class ResultBatch:
 
         Of every slot, by slot; or of the slots ``batch`` (a partial batch, in its order), whose
         infos are then consumed. For each slot first its final observation and info, then its info.
+        With ``legacy_infos``, as Gymnasium 0.29 laid them out instead: each slot's info with
+        ``final_observation`` and ``final_info`` added, batched by :func:`_add_legacy_info`.
         """
         infos: dict[str, Any] = {}
         if not self.slot_infos and not self.slot_finals:
@@ -134,6 +137,12 @@ class ResultBatch:
             final_of, info_of = self.slot_finals.pop, self.slot_infos.pop
         for position, slot in order:
             final = final_of(slot, None)
+            if self.legacy_infos:
+                info = dict(info_of(slot, {}))
+                if final is not None:
+                    info["final_observation"], info["final_info"] = final
+                _add_legacy_info(infos, info, position, batcher.num_envs)
+                continue
             if final is not None:
                 infos = batcher._add_info(infos, {"final_obs": final[0], "final_info": final[1]}, position)
             infos = batcher._add_info(infos, info_of(slot, {}), position)
@@ -204,6 +213,22 @@ class _InfoBatcher:
 
     def __init__(self, size: int) -> None:
         self.num_envs = size
+
+
+def _add_legacy_info(infos: dict[str, Any], info: dict[str, Any], position: int, size: int) -> None:
+    """Add one env's ``info`` at ``position`` as Gymnasium 0.29's ``VectorEnv._add_info`` did: every key
+    (dicts included, not recursed into) an array of ``size`` with a ``_key`` mask; Python and numpy
+    numbers in an array of their type, anything else in an object array of None."""
+    for key, value in info.items():
+        if key not in infos:
+            kind = type(value)
+            if kind in (int, float, bool) or issubclass(kind, np.number):
+                infos[key] = np.zeros(size, dtype=kind)
+            else:
+                infos[key] = np.full(size, None, dtype=object)
+            infos[f"_{key}"] = np.zeros(size, dtype=np.bool_)
+        infos[key][position] = value
+        infos[f"_{key}"][position] = True
 
 
 def _checked_list(value: Any, count: int, name: str) -> list | None:

@@ -103,6 +103,12 @@ class RemoteVectorEnv(VectorEnv):
             to wake a sleeping thread, so spinning speeds them up, at the cost of a busy core while
             waiting. Default: 400 µs, unless the local clients leave no core free for the spin (then 0).
             Slow envs are waited for asleep, whatever this says.
+        final_info_format: ``"gymnasium"`` (infos as Gymnasium 1.x batches them), or ``"legacy"``,
+            only for scripts written for Gymnasium 0.29 (older CleanRL scripts): needs
+            ``autoreset_mode="SameStep"``; the infos of an ended episode's last step come as
+            ``infos["final_info"]``, an object array of per-env info dicts (None elsewhere), and its
+            last observation as ``infos["final_observation"]``; every info key is batched without
+            descending into dicts, as Gymnasium 0.29 did. New code should keep the default.
 
     Example:
         >>> import gymnasium as gym
@@ -155,6 +161,7 @@ class RemoteVectorEnv(VectorEnv):
         handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
         batch_size: int | None = None,
         spin: float | None = None,
+        final_info_format: str = "gymnasium",
     ) -> None:
         super().__init__()
         self._workdir: str | None = None
@@ -187,6 +194,14 @@ class RemoteVectorEnv(VectorEnv):
         if (observation_space is None) != (action_space is None):
             raise ValueError("give both observation_space and action_space, or neither")
         self.num_envs = int(num_envs)
+        if final_info_format not in ("gymnasium", "legacy"):
+            raise ValueError(f"final_info_format must be 'gymnasium' or 'legacy', got {final_info_format!r}")
+        if final_info_format == "legacy" and self.autoreset_mode is not AutoresetMode.SAME_STEP:
+            raise ValueError(
+                "final_info_format='legacy' is Gymnasium 0.29's layout, whose autoreset happened in the same "
+                f"step: pass autoreset_mode='SameStep' too (got {self.autoreset_mode.value!r})"
+            )
+        self.final_info_format = final_info_format
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
         if not 1 <= self.batch_size <= self.num_envs:
             raise ValueError(f"batch_size must be between 1 and num_envs={self.num_envs}, got {batch_size}")
@@ -340,7 +355,9 @@ class RemoteVectorEnv(VectorEnv):
                 batch_space(single_observation_space, self.num_envs) if self.observation_mode == "same" else None
             )
         self._server.set_spaces(self._single_observation_space, single_action_space)
-        self._batch = self._partial.batch = ResultBatch(self._single_observation_space, self.num_envs)
+        self._batch = self._partial.batch = ResultBatch(
+            self._single_observation_space, self.num_envs, legacy_infos=self.final_info_format == "legacy"
+        )
         self._server.set_observation_buffers(self._batch.leaves)
         self._action_leaf_spaces = codec.array_leaf_spaces(single_action_space)
 
