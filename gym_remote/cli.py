@@ -5,6 +5,7 @@ Subcommands:
 * ``client ADDRESS --env ID`` serves envs to a RemoteVectorEnv at ADDRESS until it closes;
 * ``demo`` runs a rollout on CartPole through local clients and reports speed and episode statistics;
 * ``serve`` runs the same rollout on a server that remote clients join;
+* ``bench`` measures an env's steps per second in SyncVectorEnv, AsyncVectorEnv and RemoteVectorEnv;
 * ``keygen NAME --dir DIR`` writes a CURVE key pair (``DIR/NAME.key``, ``DIR/NAME.key_secret``).
 
 Exit codes: 0 done, 1 failed at run time (refused, timed out, env error), 2 bad usage, 130 interrupted
@@ -18,6 +19,7 @@ import functools
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -158,6 +160,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="connections open at once beyond which new ones are refused (default: 4 x num-envs + 64)",
     )
     serve.set_defaults(handler=_run_serve)
+
+    bench = commands.add_parser(
+        "bench",
+        help="steps per second of an env in Sync-, Async- and RemoteVectorEnv, side by side",
+        description="Measure the env-steps per second of your env stepped with random actions by "
+        "Gymnasium's SyncVectorEnv and AsyncVectorEnv and by RemoteVectorEnv with local clients, the "
+        "vector envs taking turns; print the medians and their ratios. Does remote stepping pay off "
+        "for this env on this machine?",
+    )
+    _add_env_arguments(bench, default_env="CartPole-v1", default_num_envs=8)
+    bench.add_argument(
+        "--steps", type=_positive_int, default=2000, help="vector steps per measurement (default: %(default)s)"
+    )
+    bench.add_argument("--repeats", type=_positive_int, default=3, help="measurements per vector env (default: 3)")
+    bench.add_argument(
+        "--num-clients",
+        type=_positive_ints,
+        metavar="N[,N...]",
+        help="RemoteVectorEnv layouts: local client counts (default: 1 and the CPU count)",
+    )
+    bench.add_argument(
+        "--transport", choices=["ipc", "tcp"], default="ipc", help="the local clients' transport (default: ipc)"
+    )
+    bench.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    bench.set_defaults(handler=_run_bench)
 
     keygen = commands.add_parser(
         "keygen",
@@ -334,6 +361,38 @@ def _run_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_bench(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from gym_remote.bench import format_table, interleaved_medians, lock_step_rate
+    from gym_remote.vector_env import RemoteVectorEnv
+
+    env_fns = make_env_fns(args.env, args.factory, args.num_envs, args.env_kwargs)
+    layouts = args.num_clients or sorted({1, min(os.cpu_count() or 1, args.num_envs)})
+    if max(layouts) > args.num_envs:
+        raise ValueError(f"--num-clients: at most --num-envs ({args.num_envs}) clients, got {max(layouts)}")
+    bind = "tcp://127.0.0.1:*" if args.transport == "tcp" else None
+    makers: dict[str, Callable[[], gym.vector.VectorEnv]] = {
+        "SyncVectorEnv": lambda: gym.vector.SyncVectorEnv(env_fns),
+        "AsyncVectorEnv": lambda: gym.vector.AsyncVectorEnv(env_fns, shared_memory=True),
+    }
+    for clients in layouts:
+        label = f"RemoteVectorEnv, {clients} client{'s' if clients > 1 else ''} ({args.transport})"
+        makers[label] = lambda clients=clients: RemoteVectorEnv(env_fns, num_clients=clients, bind=bind)
+    measure = lock_step_rate(args.steps, max(10, args.steps // 10))
+    cases = {label: (make, measure) for label, make in makers.items()}
+    with tqdm(
+        total=len(cases) * args.repeats, unit="run", disable=args.no_progress, desc="bench", file=sys.stderr
+    ) as bar:
+        medians = interleaved_medians(cases, args.repeats, on_run=lambda name: bar.update(1))
+    title = (
+        f"{args.num_envs} x {args.env or args.factory}, {args.steps} steps, median of {args.repeats} runs "
+        "(the vector envs taking turns)"
+    )
+    print(format_table(title, medians, "AsyncVectorEnv", "env-steps/s", "x Async"))
+    return EXIT_OK
+
+
 def rollout(envs: gym.vector.VectorEnv, steps: int, seed: int, *, progress: bool = True) -> dict[str, float]:
     """Step ``envs`` with random actions for about ``steps`` env steps; return speed and episode statistics."""
     from gymnasium.wrappers.vector import RecordEpisodeStatistics
@@ -391,6 +450,13 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _positive_ints(text: str) -> list[int]:
+    try:
+        return sorted({_positive_int(part) for part in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be positive integers separated by commas, got {text!r}") from None
 
 
 def _seconds(text: str) -> float | None:

@@ -228,6 +228,47 @@ def test_demo_reports_speed_and_episodes(run):
     assert "rollout" not in result.stderr  # --no-progress: no progress bar
 
 
+def test_bench_measures_every_vector_env(run):
+    result = finished(
+        run,
+        "bench",
+        "--factory",
+        "tests.factories:make_cartpole",
+        "--num-envs",
+        "3",
+        "--num-clients",
+        "1,3",
+        "--steps",
+        "100",
+        "--repeats",
+        "2",
+        "--transport",
+        "tcp",
+        timeout=90,
+    )
+    assert result.process.returncode == 0, result
+    rows = dict(re.findall(r"^(\S.*?)\s{2,}([\d,]+)\s+[\d.]+$", result.stdout, re.MULTILINE))
+    assert list(rows) == [
+        "SyncVectorEnv",
+        "AsyncVectorEnv",
+        "RemoteVectorEnv, 1 client (tcp)",
+        "RemoteVectorEnv, 3 clients (tcp)",
+    ], result
+    assert all(int(rate.replace(",", "")) > 0 for rate in rows.values())
+    assert re.search(r"^AsyncVectorEnv\s+[\d,]+\s+1\.00$", result.stdout, re.MULTILINE), result
+    assert "bench" in result.stderr  # the progress bar
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [(["--num-clients", "0"], "must be at least 1"), (["--num-envs", "2", "--num-clients", "3"], "at most --num-envs")],
+)
+def test_bench_refuses_impossible_layouts(run, arguments, message):
+    result = finished(run, "bench", *arguments, "--no-progress", timeout=30)
+    assert result.process.returncode == 2, result
+    assert message in result.stderr, result
+
+
 def test_serve_with_two_clients_started_afterwards(run):
     address = free_tcp_address()
     server = run(
