@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Ray's single-machine mode: the test Ray instance (tests/test_ray.py) binds and dials 127.0.0.1 only
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def subprocess_env() -> dict[str, str]:

@@ -1,0 +1,120 @@
+"""gym_remote.ray.RayVectorEnv: clients as actors of a real local Ray instance, on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import ray
+
+from gym_remote.ray import RayVectorEnv
+from tests.helpers import assert_same_steps, child_pids, pid_alive, step_until, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def make_cartpole() -> gym.Env:
+    return gym.make("CartPole-v1", max_episode_steps=30)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A Ray instance of 2 CPUs on 127.0.0.1 (see conftest.py), shut down after the module; its processes
+    ended by pid."""
+    before = child_pids()
+    ray.init(
+        num_cpus=2,
+        resources={"simulator": 2},
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        started = child_pids() - before
+        deadline = time.monotonic() + 15
+        while any(pid_alive(pid) for pid in started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in started:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_needs_ray_init():
+    if ray.is_initialized():
+        pytest.skip("Ray is running in this process")
+    with pytest.raises(RuntimeError, match="ray.init"):
+        RayVectorEnv([make_cartpole])
+
+
+def test_ray_clients_step_as_sync(local_ray):
+    env_fns = [make_cartpole] * 4
+    envs = RayVectorEnv(env_fns, num_clients=2, num_cpus_per_client=0.5, resources_per_client={"simulator": 1})
+    sync = gym.vector.SyncVectorEnv(env_fns)
+    try:
+        assert envs.address.startswith("tcp://127.0.0.1:") and len(envs.actors) == 2
+        rng = np.random.default_rng(0)
+        assert_same_steps(envs, sync, (rng.integers(0, 2, size=4) for _ in range(60)), seed=0)
+        assert envs.num_clients == 2
+        assert sorted({row["client"] for row in envs.stats()}) == ["ray-0", "ray-1"]
+        pids = {row["pid"] for row in envs.stats()}
+    finally:
+        envs.close()
+        sync.close()
+    wait_until(lambda: not any(pid_alive(pid) for pid in pids), 15, "the actors' processes to end")
+
+
+def test_a_killed_actor_is_restarted_and_serves_again(local_ray):
+    envs = RayVectorEnv(
+        [make_cartpole] * 4,
+        num_clients=2,
+        num_cpus_per_client=0.5,
+        max_restarts=2,
+        liveness_timeout=2.0,
+        connect_timeout=60.0,
+        client_kwargs={"liveness_timeout": 2.0},
+    )
+    try:
+        envs.reset(seed=1)
+        victim = envs.stats()[0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        lost = []
+
+        def step():
+            _, _, _, truncations, infos = envs.step(envs.action_space.sample())
+            if "client_lost" in infos:
+                lost.extend(np.flatnonzero(infos["_client_lost"]).tolist())
+
+        step_until(envs, lambda: bool(lost), 30, "the killed client's slots to report client_lost", step=step)
+        assert lost == [0, 1]
+        step_until(
+            envs,
+            lambda: all(row["served"] for row in envs.stats()) and envs.num_clients == 2,
+            60,
+            "Ray to restart the actor and its client to rejoin",
+            step=step,
+        )
+        pids = {row["pid"] for row in envs.stats()}
+        assert victim["pid"] not in pids and len(pids) == 2
+        restarted = next(
+            row for row in envs.stats() if row["pid"] != victim["pid"] and row["client"] == victim["client"]
+        )
+        assert restarted["slot"] in (0, 1)  # the free slots the lost client left
+    finally:
+        envs.close()
+    wait_until(lambda: not any(pid_alive(pid) for pid in pids), 15, "the actors' processes to end")
+
+
+def test_the_secret_reaches_the_clients(local_ray):
+    envs = RayVectorEnv([make_cartpole] * 2, num_clients=1, num_cpus_per_client=0.5, secret="a secret for this test")
+    try:
+        observations, _ = envs.reset(seed=0)
+        assert observations.shape == (2, 4)
+        assert all(row["served"] and row["key"] for row in envs.stats()), envs.stats()  # joined with a CURVE key
+    finally:
+        envs.close()
