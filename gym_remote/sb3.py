@@ -80,7 +80,6 @@ class RemoteVecEnv(VecEnv):
                 f"RemoteVectorEnv with autoreset_mode='SameStep', not {envs.autoreset_mode.value!r}"
             )
         self.envs = envs
-        self._actions: np.ndarray | None = None
         super().__init__(envs.num_envs, envs.single_observation_space, envs.single_action_space)
 
     # -- stepping ----------------------------------------------------------------------------------
@@ -161,9 +160,17 @@ def _groups(options: list[dict]) -> list[tuple[dict, list[int]]]:
     groups: list[tuple[dict, list[int]]] = []
     for index, option in enumerate(options):
         for known, members in groups:
-            if known == option:
+            if _same(known, option):
                 members.append(index)
                 break
         else:
             groups.append((option, [index]))
     return groups
+
+
+def _same(first: dict, second: dict) -> bool:
+    """Whether two options dicts are equal (dicts holding arrays, whose ``==`` is no bool, only if identical)."""
+    try:
+        return bool(first == second)
+    except (ValueError, TypeError):
+        return first is second
