@@ -185,7 +185,7 @@ class SlotServer:
             raise ValueError(f"spin must be a duration in seconds >= 0, got {spin!r}")
         self.num_envs = num_envs
         self.spin = float(spin)
-        self._typical_wait = 0.0  # a moving average of how long replies took to come (see wait())
+        self._typical_wait = 0.0  # a moving average of how long replies took to come (see _poll_once)
         self.observation_mode = observation_mode
         self.autoreset_mode = autoreset_mode
         self.allow_pickle = allow_pickle
@@ -399,18 +399,7 @@ class SlotServer:
     def wait(self, done: Callable[[], bool], deadline: float) -> bool:
         """Handle messages (replies, joins, leaves) until ``done()``; False if ``deadline`` passed first."""
         while not done():
-            waiting_since = time.perf_counter()
-            if self._typical_wait < self.spin:
-                self._spin_until_readable(waiting_since + self.spin)
-            try:
-                message = self._receive()
-            except zmq.Again:
-                message = None
-            self._typical_wait += 0.25 * (time.perf_counter() - waiting_since - self._typical_wait)
-            if message is not None:
-                self._dispatch(*message)
-            # also while messages keep coming: a dead client among busy ones must still be noticed
-            self._checks()
+            self._poll_once(spin=True)
             if time.monotonic() > deadline and not done():
                 return False
         return True
@@ -642,13 +631,23 @@ class SlotServer:
         while not events(_EVENTS) & readable and clock() < until:
             pass
 
-    def _poll_once(self) -> None:
+    def _poll_once(self, spin: bool = False) -> None:
+        """Handle the next message (waiting at most ``POLL_SECONDS`` for it), then the periodic checks.
+
+        ``spin``: a wait for replies, which first busy-checks the socket while replies come fast.
+        """
+        waiting_since = time.perf_counter()
+        if spin and self._typical_wait < self.spin:
+            self._spin_until_readable(waiting_since + self.spin)
         try:
             message = self._receive()
         except zmq.Again:
             message = None
+        if spin:
+            self._typical_wait += 0.25 * (time.perf_counter() - waiting_since - self._typical_wait)
         if message is not None:
             self._dispatch(*message)
+        # also while messages keep coming: a dead client among busy ones must still be noticed
         self._checks()
 
     def _checks(self) -> None:
