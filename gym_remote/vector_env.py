@@ -652,7 +652,9 @@ class RemoteVectorEnv(VectorEnv):
         self._check_partial("send")
         if not self._started:
             raise ResetNeeded("Calling `send` before the slots were reset: call async_reset() (or reset()) first")
-        ids = _env_ids(env_id, self.num_envs)
+        ids = _slot_numbers(env_id, self.num_envs, "env_id")
+        if not ids.size:
+            raise ValueError("env_id is empty: send() needs at least one slot")
         busy = ids[self._partial.busy[ids]]
         if len(busy):
             raise ValueError(
@@ -696,7 +698,6 @@ class RemoteVectorEnv(VectorEnv):
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` on every sub-env (reached through wrappers) or read it if not callable; one result per slot."""
-        self._check_no_call("call")
         return self._call_slots(range(self.num_envs), name, *args, **kwargs)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -921,7 +922,7 @@ class RemoteVectorEnv(VectorEnv):
     ) -> tuple[Any, ...]:
         """Send ``kind`` to the clients of ``slots`` (each client's command for its envs among them);
         the CALL results, one per slot in the order of ``slots``."""
-        slots = _distinct_slots(slots, self.num_envs)
+        slots = _slot_numbers(list(slots), self.num_envs, "indices").tolist()
         results: dict[int, Any] = {}
 
         def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
@@ -965,30 +966,20 @@ class _ResetCall:
     exchange: Exchange | None = None
 
 
-def _env_ids(env_id: Any, num_envs: int) -> np.ndarray:
-    """``send``'s ``env_id`` as an array of distinct slots (None: all of them)."""
-    if env_id is None:
+def _slot_numbers(slots: Any, num_envs: int, name: str) -> np.ndarray:
+    """``slots`` (called ``name`` in errors) as an array of distinct slot numbers, maybe empty (None: all)."""
+    if slots is None:
         return np.arange(num_envs)
-    ids = np.asarray(env_id)
+    ids = np.asarray(slots)
     if ids.ndim == 0:
         ids = ids.reshape(1)
     if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
-        raise ValueError(f"env_id must be a 1-d array of slot numbers, got {env_id!r}")
-    if ids.size == 0:
-        raise ValueError("env_id is empty: send() needs at least one slot")
-    if ids.min() < 0 or ids.max() >= num_envs:
-        raise ValueError(f"env_id must hold slots from 0 to {num_envs - 1}, got {ids.tolist()}")
+        raise ValueError(f"{name} must be a 1-d array of slot numbers, got {slots!r}")
+    if ids.size and (ids.min() < 0 or ids.max() >= num_envs):
+        raise ValueError(f"{name} must hold slots from 0 to {num_envs - 1}, got {ids.tolist()}")
     if len(np.unique(ids)) != len(ids):
-        raise ValueError(f"env_id names a slot twice: {ids.tolist()}")
+        raise ValueError(f"{name} names a slot twice: {ids.tolist()}")
     return ids.astype(np.intp)
-
-
-def _distinct_slots(slots: Iterable[int], num_envs: int) -> list[int]:
-    """``slots`` as a list, checked: distinct slot numbers below ``num_envs``."""
-    chosen = [int(slot) for slot in slots]
-    if len(set(chosen)) != len(chosen) or any(not 0 <= slot < num_envs for slot in chosen):
-        raise ValueError(f"expected distinct slots between 0 and {num_envs - 1}, got {chosen}")
-    return chosen
 
 
 def _usable_cores() -> int:
