@@ -98,6 +98,10 @@ class HostedEnvs:
         self.autoreset = np.full(count, reset_first, dtype=np.bool_)
         self.failed_index: int | None = None
 
+    def selected(self, indexes: Sequence[int] | None) -> Sequence[int]:
+        """The envs a command is for: ``indexes``, or all (None)."""
+        return range(self.count) if indexes is None else indexes
+
     def new_actions(self, count: int, dtypes: Sequence[np.dtype] | None = None) -> list[np.ndarray]:
         """Fresh arrays to receive the action leaves of a STEP for ``count`` envs (in the space's dtypes
         unless given).
@@ -121,9 +125,7 @@ class HostedEnvs:
         infos: list[dict] = []
         finals: list[tuple[Any, dict] | None] | None = None
         mode = self.autoreset_mode
-        for position, (index, action) in enumerate(
-            zip(range(self.count) if indexes is None else indexes, actions, strict=True)
-        ):
+        for position, (index, action) in enumerate(zip(self.selected(indexes), actions, strict=True)):
             env = self.envs[index]
             self.failed_index = index
             if mode is AutoresetMode.NEXT_STEP and self.autoreset[index]:
@@ -148,7 +150,7 @@ class HostedEnvs:
     def reset(self, seeds: Sequence[int | None], options: dict | None, indexes: Sequence[int] | None) -> list[dict]:
         """Reset the envs ``indexes`` (all if None) with their seeds, in order; return their infos."""
         infos: list[dict] = []
-        for index, seed in zip(range(self.count) if indexes is None else indexes, seeds, strict=True):
+        for index, seed in zip(self.selected(indexes), seeds, strict=True):
             env = self.envs[index]
             self.failed_index = index
             self.env_obs[index], info = env.reset(seed=seed, options=options)
@@ -167,7 +169,7 @@ class HostedEnvs:
         """``SyncVectorEnv.call`` for the envs ``indexes`` (all if None), in order: reach ``name`` through
         wrappers, call it if callable. The name :data:`WRAPPERS_QUERY` asks for each env's wrapper classes."""
         results = []
-        for index in range(self.count) if indexes is None else indexes:
+        for index in self.selected(indexes):
             env = self.envs[index]
             self.failed_index = index
             if name == WRAPPERS_QUERY:
@@ -180,7 +182,7 @@ class HostedEnvs:
 
     def set_attr(self, name: str, values: Sequence[Any], indexes: Sequence[int] | None = None) -> None:
         """Set ``name`` on the envs ``indexes`` (all if None) through their wrappers, one value per env."""
-        for index, value in zip(range(self.count) if indexes is None else indexes, values, strict=True):
+        for index, value in zip(self.selected(indexes), values, strict=True):
             self.failed_index = index
             self.envs[index].set_wrapper_attr(name, value)
         self.failed_index = None
@@ -626,9 +628,7 @@ class EnvClient:
         elif kind == Kind.RESET:
             indexes = self._read_indexes(hosted, header)
             command = self._read_value(header)
-            seeds = command["seeds"]
-            if not isinstance(seeds, list) or len(seeds) != header.count:
-                raise ProtocolError(f"RESET must carry a list of {header.count} seeds")
+            seeds = _per_env(command["seeds"], header, "seeds")
             infos = hosted.reset(seeds, command["options"], indexes)
             self._send_result(hosted, header.seq, infos, None, indexes)
         elif kind == Kind.CALL:
@@ -639,10 +639,7 @@ class EnvClient:
         elif kind == Kind.SET_ATTR:
             indexes = self._read_indexes(hosted, header)
             command = self._read_value(header)
-            values = command["values"]
-            if not isinstance(values, list) or len(values) != header.count:
-                raise ProtocolError(f"SET_ATTR must carry a list of {header.count} values")
-            hosted.set_attr(command["name"], values, indexes)
+            hosted.set_attr(command["name"], _per_env(command["values"], header, "values"), indexes)
             self._send_call_result(header.seq, None, indexes)
         elif kind == Kind.PING:
             transport.drain(self._socket)  # a probe: the server checks that this connection still routes
@@ -663,7 +660,7 @@ class EnvClient:
         return None
 
     def _read_indexes(self, hosted: HostedEnvs, header: protocol.Header) -> list[int] | None:
-        """The envs a RESET or STEP is for: those its index frame lists, or None for all."""
+        """The envs a command is for: those its index frame lists (FLAG_SUBSET), or None for all."""
         if not header.flags & protocol.FLAG_SUBSET:
             if header.count != hosted.count:
                 raise ProtocolError(
@@ -681,10 +678,7 @@ class EnvClient:
         sock = self._socket
         count = header.count
         if header.flags & FLAG_VALUE:
-            actions = self._read_value(header)["actions"]
-            if not isinstance(actions, list) or len(actions) != count:
-                raise ProtocolError(f"STEP must carry a list of {count} actions")
-            return actions
+            return _per_env(self._read_value(header)["actions"], header, "actions")
         if hosted.action_leaves is None:
             raise ProtocolError("STEP without actions: this action space needs them in a value section")
         dtypes = None
@@ -726,7 +720,7 @@ class EnvClient:
             rows = np.asarray(indexes, dtype=np.intp)
             frames = [hosted.result.pack_subset(seq, flags, rows), *[leaf[rows] for leaf in hosted.observation_frames]]
         if extra:
-            envs = range(hosted.count) if indexes is None else indexes
+            envs = hosted.selected(indexes)
             slots = [self.slots[index] for index in envs]
             try:
                 frames += protocol.value_frames(
@@ -781,6 +775,13 @@ class EnvClient:
     def _parent_alive(self) -> bool:
         parent = (self._launch or {}).get("parent_pid")
         return parent is None or os.getppid() == parent
+
+
+def _per_env(value: Any, header: protocol.Header, name: str) -> list:
+    """``value``, checked to be a list of one entry per env the command is for (``header.count``)."""
+    if not isinstance(value, list) or len(value) != header.count:
+        raise ProtocolError(f"{kind_name(header.kind)} must carry a list of {header.count} {name}")
+    return value
 
 
 def _wrapper_classes(env: gym.Env) -> list[str]:
