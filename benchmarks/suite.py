@@ -31,7 +31,7 @@ from common import interleaved_medians, lock_step_rate
 from echo import echo_steps_per_second
 
 from gym_remote import RemoteVectorEnv
-from gym_remote.server import DEFAULT_SPIN_SECONDS
+from gym_remote.server import default_spin
 
 for module in (bench_envs, partial_case):  # local client processes cannot import this folder: send the code
     cloudpickle.register_pickle_by_value(module)
@@ -90,17 +90,37 @@ def compare(
     measure = lock_step_rate(steps, max(20, steps // 10))
     cases = {label: (make, measure) for label, make in vector_envs(make_env, num_envs).items()}
     if message_bytes is not None:
-        workdir = tempfile.mkdtemp(prefix="gym-remote-echo-")
-        spin = DEFAULT_SPIN_SECONDS if CORES >= 2 else 0.0  # as RemoteVectorEnv with 1 local client
-        cases[ECHO] = (
-            lambda: _Rate(echo_steps_per_second, 1, num_envs, *message_bytes, steps, f"ipc://{workdir}/echo", spin),
-            lambda rate: rate(),
-        )
+        address = f"ipc://{tempfile.mkdtemp(prefix='gym-remote-echo-')}/echo"
+        cases[ECHO] = echo_case(1, num_envs, message_bytes, steps, address, default_spin(1))
     case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     return case
 
 
 ECHO = "raw echo ipc, 1 client (transport alone)"
+
+
+class _Rate:
+    """A measurement that is not a vector env, in the shape ``interleaved_medians`` expects."""
+
+    def __init__(self, function: Callable[..., float], *args: object) -> None:
+        self.function, self.args = function, args
+
+    def __call__(self) -> float:
+        return self.function(*self.args)
+
+    def close(self) -> None:
+        pass
+
+
+def echo_case(
+    clients: int, envs_per_client: int, message_bytes: tuple[int, int], steps: int, address: str, spin: float
+) -> tuple[Callable[[], _Rate], Callable[[_Rate], float]]:
+    """The raw echo (``echo.py``) as a case of ``interleaved_medians``: ``steps`` rounds over ``clients``
+    processes, each answering for ``envs_per_client`` envs of ``message_bytes`` (observation, action)."""
+    return (
+        lambda: _Rate(echo_steps_per_second, clients, envs_per_client, *message_bytes, steps, address, spin),
+        lambda rate: rate(),
+    )
 
 
 def smoke(steps: int = 1500, repeats: int = 3) -> Case:
@@ -126,20 +146,15 @@ def transport_floor(steps: int, repeats: int) -> Case:
     workdir = tempfile.mkdtemp(prefix="gym-remote-echo-")
     cases = {}
     for clients in (1, CORES):
-        default_spin = DEFAULT_SPIN_SECONDS if clients + 1 <= CORES else 0.0
+        spin_by_default = default_spin(clients)
         for transport in ("ipc", "tcp"):
-            for spin in sorted({default_spin, 0.0}, reverse=True):
+            for spin in sorted({spin_by_default, 0.0}, reverse=True):
                 address = f"ipc://{workdir}/echo-{clients}" if transport == "ipc" else "tcp://127.0.0.1:*"
                 bind = None if transport == "ipc" else "tcp://127.0.0.1:*"
                 label = f"{transport}, {clients} client{'s' if clients > 1 else ''}" + (
-                    ", spin=0" if spin != default_spin else ""
+                    ", spin=0" if spin != spin_by_default else ""
                 )
-                cases[f"raw echo {label}"] = (
-                    lambda clients=clients, address=address, spin=spin: _Rate(
-                        echo_steps_per_second, clients, 8 // clients, 16, 8, steps, address, spin
-                    ),
-                    lambda rate: rate(),
-                )
+                cases[f"raw echo {label}"] = echo_case(clients, 8 // clients, (16, 8), steps, address, spin)
                 cases[f"Remote {label}"] = (
                     lambda clients=clients, bind=bind, spin=spin: RemoteVectorEnv(
                         [bench_envs.NullEnv] * 8, num_clients=clients, bind=bind, spin=spin
@@ -149,19 +164,6 @@ def transport_floor(steps: int, repeats: int) -> Case:
     case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     case.baseline = next(iter(case.medians))
     return case
-
-
-class _Rate:
-    """A measurement that is not a vector env, in the shape ``interleaved_medians`` expects."""
-
-    def __init__(self, function: Callable[..., float], *args: object) -> None:
-        self.function, self.args = function, args
-
-    def __call__(self) -> float:
-        return self.function(*self.args)
-
-    def close(self) -> None:
-        pass
 
 
 def scaling(steps: int, repeats: int, sizes: list[int]) -> Case:

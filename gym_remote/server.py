@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -34,7 +35,7 @@ from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError
 from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
 from gym_remote.security import DEFAULT_HANDSHAKE_RATE, Gatekeeper, ServerSecurity
 
-__all__ = ["SlotServer", "ClientInfo", "Exchange", "LaunchSlot"]
+__all__ = ["SlotServer", "ClientInfo", "Exchange", "LaunchSlot", "default_spin"]
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
@@ -54,6 +55,20 @@ DEFAULT_SPIN_SECONDS = 400e-6
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 """Largest frame a peer may send by default (ZMQ_MAXMSGSIZE): 256 MiB; a peer sending more is cut off."""
+
+
+def default_spin(local_clients: int) -> float:
+    """RemoteVectorEnv's default ``spin`` with ``local_clients`` client processes on this machine:
+    :data:`DEFAULT_SPIN_SECONDS` if they leave a core free for the spinning learner, else 0."""
+    return DEFAULT_SPIN_SECONDS if local_clients + 1 <= _usable_cores() else 0.0
+
+
+def _usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(eq=False)

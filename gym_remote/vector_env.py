@@ -33,7 +33,7 @@ from gym_remote.security import (
     is_local_endpoint,
     server_security,
 )
-from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SPIN_SECONDS, ClientInfo, Exchange, SlotServer
+from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, ClientInfo, Exchange, SlotServer, default_spin
 
 __all__ = ["RemoteVectorEnv"]
 
@@ -248,7 +248,7 @@ class RemoteVectorEnv(VectorEnv):
                     bind = f"ipc://{self._workdir}/server" if os.name == "posix" else "tcp://127.0.0.1:*"
             if spin is None:  # a spinning learner would take a core the local clients need
                 local = len(self._local.slots) if self._local is not None else 0
-                spin = DEFAULT_SPIN_SECONDS if local + 1 <= _usable_cores() else 0.0
+                spin = default_spin(local)
             self.spin = spin
             bind = bind or "tcp://127.0.0.1:*"
             security, local_security = _security(bind, server_key, authorized_keys, secret, insecure, self._local)
@@ -980,14 +980,6 @@ def _slot_numbers(slots: Any, num_envs: int, name: str) -> np.ndarray:
     if len(np.unique(ids)) != len(ids):
         raise ValueError(f"{name} names a slot twice: {ids.tolist()}")
     return ids.astype(np.intp)
-
-
-def _usable_cores() -> int:
-    """The CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _security(
