@@ -35,7 +35,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from gym_remote import codec, protocol, transport
 from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
-from gym_remote.protocol import FLAG_VALUE, WRAPPERS_QUERY, Kind, format_slots, kind_name
+from gym_remote.protocol import FLAG_VALUE, HAS_ATTR_QUERY, WRAPPERS_QUERY, Kind, format_slots, kind_name
 from gym_remote.security import KeySource, client_security, is_local_endpoint
 
 __all__ = ["EnvClient", "HostedEnvs"]
@@ -67,6 +67,13 @@ class HostedEnvs:
     def __init__(self, envs: Sequence[gym.Env]) -> None:
         self.envs = list(envs)
         self.count = len(self.envs)
+        shared = _shared_envs(self.envs)
+        if shared:
+            raise ValueError(
+                f"the env functions of envs {shared} returned the same env instance: one env cannot serve "
+                "several slots. Make each env function create a new env (e.g. `lambda: gym.make(env_id)`, "
+                "not `lambda: env`)"
+            )
 
     def configure(
         self,
@@ -148,12 +155,16 @@ class HostedEnvs:
         return infos, finals
 
     def reset(self, seeds: Sequence[int | None], options: dict | None, indexes: Sequence[int] | None) -> list[dict]:
-        """Reset the envs ``indexes`` (all if None) with their seeds, in order; return their infos."""
+        """Reset the envs ``indexes`` (all if None) with their seeds, in order; return their infos.
+
+        ``options`` None: ``env.reset(seed=...)`` without ``options``, which some envs do not take.
+        """
         infos: list[dict] = []
+        maybe_options = {} if options is None else {"options": options}
         for index, seed in zip(self.selected(indexes), seeds, strict=True):
             env = self.envs[index]
             self.failed_index = index
-            self.env_obs[index], info = env.reset(seed=seed, options=options)
+            self.env_obs[index], info = env.reset(seed=seed, **maybe_options)
             self.autoreset[index] = False
             self.result.rewards[index] = 0.0
             self.result.terminated[index] = False
@@ -164,14 +175,30 @@ class HostedEnvs:
         return infos
 
     def call(
-        self, name: str, args: Sequence[Any], kwargs: dict[str, Any], indexes: Sequence[int] | None = None
+        self,
+        name: str,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        indexes: Sequence[int] | None = None,
+        query: str | None = None,
     ) -> list[Any]:
         """``SyncVectorEnv.call`` for the envs ``indexes`` (all if None), in order: reach ``name`` through
-        wrappers, call it if callable. The name :data:`WRAPPERS_QUERY` asks for each env's wrapper classes."""
+        wrappers, call it if callable. The name :data:`WRAPPERS_QUERY` asks for each env's wrapper classes;
+        ``query`` :data:`HAS_ATTR_QUERY` asks whether each env has ``name`` (through wrappers), calling nothing.
+        """
+        if query is not None and query != HAS_ATTR_QUERY:
+            raise ProtocolError(f"unknown CALL query {query!r}: expected {HAS_ATTR_QUERY!r} or none")
         results = []
         for index in self.selected(indexes):
             env = self.envs[index]
             self.failed_index = index
+            if query == HAS_ATTR_QUERY:  # SB3's has_attr: would get_attr succeed? (reads, never calls)
+                try:
+                    env.get_wrapper_attr(name)
+                    results.append(True)
+                except AttributeError:
+                    results.append(False)
+                continue
             if name == WRAPPERS_QUERY:
                 results.append(_wrapper_classes(env))
                 continue
@@ -180,11 +207,17 @@ class HostedEnvs:
         self.failed_index = None
         return results
 
-    def set_attr(self, name: str, values: Sequence[Any], indexes: Sequence[int] | None = None) -> None:
-        """Set ``name`` on the envs ``indexes`` (all if None) through their wrappers, one value per env."""
+    def set_attr(
+        self, name: str, values: Sequence[Any], indexes: Sequence[int] | None = None, outermost: bool = False
+    ) -> None:
+        """Set ``name`` on the envs ``indexes`` (all if None), one value per env: through their wrappers
+        (``set_wrapper_attr``), or on the outermost wrapper itself (``setattr``, as SB3's DummyVecEnv)."""
         for index, value in zip(self.selected(indexes), values, strict=True):
             self.failed_index = index
-            self.envs[index].set_wrapper_attr(name, value)
+            if outermost:
+                setattr(self.envs[index], name, value)
+            else:
+                self.envs[index].set_wrapper_attr(name, value)
         self.failed_index = None
 
     def close(self) -> None:
@@ -324,15 +357,10 @@ class EnvClient:
         hosted: HostedEnvs | None = None
         try:
             self._open_socket()
-            try:
-                hosted = HostedEnvs([env_fn() for env_fn in self.env_fns])
-            except Exception as error:
-                self._send_error(0, error, None)
-                raise
+            hosted = self._make_envs()
             join_timeout = self.connect_timeout
             while True:
-                self._join(hosted, join_timeout)
-                if self._serve(hosted):
+                if not self._join(hosted, join_timeout) or self._serve(hosted):
                     return
                 if not self.reconnect:
                     raise ClientLostError(f"client {self.name}: lost the server at {self.address}")
@@ -348,6 +376,20 @@ class EnvClient:
                 hosted.close()
             self._close_socket(linger=1000)
             self._context.term()
+
+    def _make_envs(self) -> HostedEnvs:
+        """Call the env functions; one that raises is reported to the server (ERROR, seq 0), then re-raised."""
+        envs: list[gym.Env] = []
+        try:
+            for env_fn in self.env_fns:
+                envs.append(env_fn())
+            return HostedEnvs(envs)
+        except Exception as error:
+            index = len(envs) if len(envs) < len(self.env_fns) else None
+            self._send_error(0, error, index)
+            for env in envs:
+                env.close()
+            raise
 
     # -- connection --------------------------------------------------------------------------------
 
@@ -454,8 +496,11 @@ class EnvClient:
 
     # -- handshake -------------------------------------------------------------------------------
 
-    def _join(self, hosted: HostedEnvs, timeout: float | None) -> None:
-        """Send HELLO and wait for WELCOME; while the server has no free slot, wait in line."""
+    def _join(self, hosted: HostedEnvs, timeout: float | None) -> bool:
+        """Send HELLO and wait for WELCOME; while the server has no free slot, wait in line.
+
+        Returns True once welcomed, False if the server closed first (a normal end for a client in line).
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         self._join_timeout = timeout
         self._send_hello(hosted, deadline)
@@ -509,7 +554,10 @@ class EnvClient:
                     code=str(answer.get("code", "")),
                 )
             if header.kind == Kind.CLOSE:
-                raise JoinRefusedError(f"the server at {self.address} closed before client {self.name} joined")
+                logger.info(
+                    "client %s: the server at %s closed before a slot freed up; exiting", self.name, self.address
+                )
+                return False
             if header.kind != Kind.PING:
                 logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
         welcome = protocol.read_value(frames[1:])
@@ -527,6 +575,7 @@ class EnvClient:
         self._connection_dropped()  # forget events from before this session's WELCOME
         self._welcomed_session = self.session
         logger.info("client %s: serving slots %s of %s", self.name, format_slots(self.slots), welcome["server"])
+        return True
 
     def _send_hello(self, hosted: HostedEnvs, deadline: float | None) -> None:
         """Queue HELLO for the server; a socket whose connection was refused for good cannot queue it."""
@@ -611,7 +660,9 @@ class EnvClient:
                     return outcome
             except Exception as error:  # an env or the message failed: report it and keep serving
                 transport.drain(sock)
-                self._send_error(header.seq if header else 0, error, hosted.failed_index)
+                # get_attr of a missing attribute is an answer the caller expects, not a failure here
+                expected = isinstance(error, AttributeError) and header is not None and header.kind == Kind.CALL
+                self._send_error(header.seq if header else 0, error, hosted.failed_index, expected=expected)
                 hosted.failed_index = None
 
     def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> bool | None:
@@ -634,12 +685,19 @@ class EnvClient:
         elif kind == Kind.CALL:
             indexes = self._read_indexes(hosted, header)
             command = self._read_value(header)
-            results = hosted.call(command["name"], command["args"], command["kwargs"], indexes)
+            name, query = command["name"], command.get("query")
+            if query is None:
+                results = hosted.call(name, command["args"], command["kwargs"], indexes)
+            else:  # a query carries no args or kwargs (PROTOCOL.md §5.3)
+                results = hosted.call(name, [], {}, indexes, query)
             self._send_call_result(header.seq, results, indexes)
         elif kind == Kind.SET_ATTR:
             indexes = self._read_indexes(hosted, header)
             command = self._read_value(header)
-            hosted.set_attr(command["name"], _per_env(command["values"], header, "values"), indexes)
+            name, outermost = command["name"], command.get("outermost", False)
+            if type(outermost) is not bool:
+                raise ProtocolError(f"SET_ATTR's outermost must be true or false, got {outermost!r}")
+            hosted.set_attr(name, _per_env(command["values"], header, "values"), indexes, outermost)
             self._send_call_result(header.seq, None, indexes)
         elif kind == Kind.PING:
             transport.drain(self._socket)  # a probe: the server checks that this connection still routes
@@ -754,16 +812,18 @@ class EnvClient:
         self._check_sizes(message)
         self._socket.send_multipart(message)
 
-    def _send_error(self, seq: int, error: BaseException, index: int | None) -> None:
+    def _send_error(self, seq: int, error: BaseException, index: int | None, expected: bool = False) -> None:
         report = {
             "type": type(error).__name__,
+            "module": type(error).__module__,
             "message": str(error),
             "traceback": "".join(traceback.format_exception(error)),
             "index": index,
             "name": self.name,
             "launch": self._launch,
         }
-        logger.error("client %s: %s: %s", self.name, report["type"], report["message"])
+        level = logging.DEBUG if expected else logging.ERROR
+        logger.log(level, "client %s: %s: %s", self.name, report["type"], report["message"])
         self._socket.send_multipart(protocol.message(Kind.ERROR, report, seq=seq))
 
     def _recv_message(self) -> list[bytes] | None:
@@ -775,6 +835,14 @@ class EnvClient:
     def _parent_alive(self) -> bool:
         parent = (self._launch or {}).get("parent_pid")
         return parent is None or os.getppid() == parent
+
+
+def _shared_envs(envs: Sequence[gym.Env]) -> list[int]:
+    """The positions of the envs whose unwrapped env another position holds too."""
+    positions: dict[int, list[int]] = {}
+    for position, env in enumerate(envs):
+        positions.setdefault(id(env.unwrapped), []).append(position)
+    return sorted(position for group in positions.values() if len(group) > 1 for position in group)
 
 
 def _per_env(value: Any, header: protocol.Header, name: str) -> list:

@@ -450,6 +450,15 @@ def space_to_value(space: spaces.Space, *, allow_pickle: bool = False) -> Any:
     kind = type(space)
     if allow_pickle and kind.__module__.split(".")[0] != "gymnasium":
         return {"space": "pickle", "data": cloudpickle.dumps(space)}
+    description = _describe_space(space, allow_pickle)
+    rng = space._np_random  # None until the space is seeded or first sampled
+    if rng is not None:
+        description["rng"] = rng_to_value(rng)
+    return description
+
+
+def _describe_space(space: spaces.Space, allow_pickle: bool) -> dict[str, Any]:
+    kind = type(space)
     if isinstance(space, spaces.Box):
         return {"space": "Box", "low": np.asarray(space.low), "high": np.asarray(space.high), "dtype": space.dtype.str}
     if isinstance(space, spaces.Discrete):
@@ -496,6 +505,35 @@ def space_to_value(space: spaces.Space, *, allow_pickle: bool = False) -> Any:
     )
 
 
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+"""NumPy's bit generators, by the names their ``state`` dicts carry."""
+
+
+def rng_to_value(rng: np.random.Generator) -> dict[str, Any]:
+    """A random generator's exact state as a value (see ``docs/PROTOCOL.md``, space descriptions)."""
+    state = rng.bit_generator.state
+    if state.get("bit_generator") not in _BIT_GENERATORS:
+        raise EncodeError(f"cannot send a random generator with the bit generator {state.get('bit_generator')!r}")
+    return state
+
+
+def rng_from_value(value: Any) -> np.random.Generator:
+    """A generator in the state :func:`rng_to_value` described.
+
+    Raises:
+        ProtocolError: the description is malformed or names an unknown bit generator.
+    """
+    name = value.get("bit_generator") if type(value) is dict else None
+    if name not in _BIT_GENERATORS:
+        raise ProtocolError(f"malformed random generator state: bit generator {_preview(name)}")
+    bit_generator = getattr(np.random, name)()
+    try:
+        bit_generator.state = value
+    except (TypeError, ValueError, KeyError, OverflowError) as error:
+        raise ProtocolError(f"malformed random generator state for {name}: {error}") from None
+    return np.random.Generator(bit_generator)
+
+
 def space_from_value(value: Any, *, allow_pickle: bool = False) -> spaces.Space:
     """Rebuild a space from :func:`space_to_value`'s description.
 
@@ -516,6 +554,13 @@ def _space_from_value(value: Any, allow_pickle: bool, depth: int) -> spaces.Spac
     if depth > MAX_DEPTH:
         raise ProtocolError(f"malformed space description: nested deeper than {MAX_DEPTH} levels")
 
+    space = _build_space(value, allow_pickle, depth)
+    if "rng" in value and value["space"] != "pickle":
+        space._np_random = rng_from_value(value["rng"])
+    return space
+
+
+def _build_space(value: dict, allow_pickle: bool, depth: int) -> spaces.Space:
     def sub(item: Any) -> spaces.Space:
         return _space_from_value(item, allow_pickle, depth + 1)
 

@@ -7,13 +7,20 @@ naturally catch (``TypeError`` for values that cannot travel, ``TimeoutError`` f
 
 from __future__ import annotations
 
+import builtins
+import functools
 import multiprocessing
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium.error
 
 __all__ = [
     "GymRemoteError",
     "EncodeError",
     "ProtocolError",
     "RemoteEnvError",
+    "remote_env_error",
     "JoinRefusedError",
     "ClientLostError",
     "RemoteTimeoutError",
@@ -46,25 +53,80 @@ class ProtocolError(GymRemoteError, ValueError):
 class RemoteEnvError(GymRemoteError, RuntimeError):
     """An environment raised inside a client.
 
+    Raised as a subclass that also derives from the class the env raised, when that class is a
+    built-in exception or one of ``gymnasium.error``'s (see :func:`remote_env_error`): an env's
+    ``ValueError`` is caught by ``except ValueError`` on the learner, as with ``SyncVectorEnv``.
+
     Attributes:
         slot: the vector slot whose environment raised (``None`` if the error is not tied to one slot).
         remote_type: the name of the exception class raised in the client.
+        remote_module: the module of that class (``"builtins"`` for built-in exceptions).
         remote_traceback: the traceback text formatted in the client.
     """
 
     def __init__(
-        self, message: str, *, slot: int | None = None, remote_type: str = "", remote_traceback: str = ""
+        self,
+        message: str,
+        *,
+        slot: int | None = None,
+        remote_type: str = "",
+        remote_traceback: str = "",
+        remote_module: str = "",
     ) -> None:
-        super().__init__(message)
+        Exception.__init__(self, message)  # not the remote class's __init__, whose arguments may differ
         self.slot = slot
         self.remote_type = remote_type
+        self.remote_module = remote_module
         self.remote_traceback = remote_traceback
 
     def __str__(self) -> str:
-        text = super().__str__()
+        text = str(self.args[0]) if self.args else ""  # not KeyError's quoting
         if self.remote_traceback:
             text += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
         return text
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the subclasses are made at run time: rebuild by description
+        message = self.args[0] if self.args else ""
+        return (_make, (message, self.slot, self.remote_type, self.remote_module, self.remote_traceback))
+
+
+_TYPED_ERROR_MODULES = {"builtins": builtins, "gymnasium.error": gymnasium.error}
+"""Where a remote exception class may be looked up by name: nothing is imported, nothing runs."""
+
+
+@functools.lru_cache(maxsize=None)
+def remote_error_class(module: str, name: str) -> type[RemoteEnvError]:
+    """The :class:`RemoteEnvError` subclass for a remote exception class ``module.name``.
+
+    A subclass of both ``RemoteEnvError`` and that class, when it is a built-in exception or one of
+    ``gymnasium.error``'s; ``RemoteEnvError`` itself for any other class.
+    """
+    namespace = _TYPED_ERROR_MODULES.get(module)
+    kind = getattr(namespace, name, None) if namespace is not None else None
+    if not (isinstance(kind, type) and issubclass(kind, Exception)) or issubclass(kind, RemoteEnvError):
+        return RemoteEnvError
+    if issubclass(RemoteEnvError, kind):  # RuntimeError, Exception: RemoteEnvError is one already
+        return RemoteEnvError
+    try:
+        return type(f"Remote{name}", (RemoteEnvError, kind), {"__module__": __name__})
+    except TypeError:  # an incompatible instance layout
+        return RemoteEnvError
+
+
+def remote_env_error(message: str, report: Mapping[str, Any], slot: int | None = None) -> RemoteEnvError:
+    """The error to raise for a client's ERROR ``report`` (``docs/PROTOCOL.md`` §8): a
+    :class:`RemoteEnvError` that is also of the remote exception's class where that can be had."""
+    return _make(
+        message, slot, str(report.get("type", "")), str(report.get("module", "")), str(report.get("traceback", ""))
+    )
+
+
+def _make(message: str, slot: int | None, remote_type: str, remote_module: str, traceback: str) -> RemoteEnvError:
+    fields = {"slot": slot, "remote_type": remote_type, "remote_module": remote_module, "remote_traceback": traceback}
+    try:
+        return remote_error_class(remote_module, remote_type)(message, **fields)
+    except Exception:  # the class refuses to be made this way
+        return RemoteEnvError(message, **fields)
 
 
 class JoinRefusedError(GymRemoteError, ConnectionError):

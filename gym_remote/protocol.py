@@ -32,6 +32,7 @@ __all__ = [
     "FLAG_DTYPES",
     "FLAG_SUBSET",
     "WRAPPERS_QUERY",
+    "HAS_ATTR_QUERY",
     "index_frame",
     "parse_index_frame",
     "pack_step_header",
@@ -65,6 +66,9 @@ FLAG_SUBSET = 0x4
 
 WRAPPERS_QUERY = "gym_remote:wrappers"
 """A CALL ``name`` no attribute can have: it asks for the classes of each env's wrappers (PROTOCOL.md §5.3)."""
+
+HAS_ATTR_QUERY = "has_attr"
+"""A CALL ``query``: whether each env has the attribute ``name`` (through wrappers), without calling it (§5.3)."""
 
 MAX_ENVS_PER_CLIENT = 0xFFFF
 INDEX = np.dtype("<u2")

@@ -19,15 +19,17 @@ Example:
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import concatenate, create_empty_array
 
 try:
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
@@ -37,8 +39,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         " (install torch==2.13.0 or your own torch build first)"
     ) from error
 
-from gym_remote.errors import RemoteEnvError
-from gym_remote.protocol import WRAPPERS_QUERY
+from gym_remote.protocol import HAS_ATTR_QUERY, WRAPPERS_QUERY
 from gym_remote.vector_env import RemoteVectorEnv
 
 __all__ = ["RemoteVecEnv"]
@@ -56,9 +57,18 @@ class RemoteVecEnv(VecEnv):
             (``num_clients``, ``bind``, ``timeout``, ...).
 
     ``get_attr``, ``set_attr``, ``env_method`` and ``env_is_wrapped`` reach only the envs of
-    ``indices``; values travel as RemoteVectorEnv's ``call`` and ``set_attr`` carry them (plain data,
-    or anything in the trusted pickle mode). Like Gymnasium's ``get_attr``, a callable attribute is
-    called; ``env_is_wrapped`` compares wrapper classes by module and qualified name.
+    ``indices``, which take every form DummyVecEnv takes: None, an int (negative: from the end) or any
+    iterable of them; an env named twice is reached twice, in order. Values travel as RemoteVectorEnv's
+    ``call`` and ``set_attr`` carry them (plain data, or anything in the trusted pickle mode). Like
+    Gymnasium's ``get_attr``, a callable attribute is called; ``has_attr`` only looks (it calls
+    nothing); ``set_attr`` sets the attribute on each env's outermost wrapper, as DummyVecEnv does;
+    ``env_is_wrapped`` compares wrapper classes by module and qualified name.
+
+    Actions: ``actions[i]`` is env ``i``'s action, as in DummyVecEnv (rows past ``num_envs`` are
+    ignored), or Gymnasium's batched form. For a ``Dict`` action space a mapping is the batched form
+    (a dict of batched arrays), any other sequence holds per-env dicts; for a ``Tuple`` space a
+    ``tuple`` of ``len(space.spaces)`` batched entries is the batched form, any other sequence (a
+    list, say) holds per-env tuples.
     """
 
     def __init__(
@@ -100,7 +110,7 @@ class RemoteVecEnv(VecEnv):
         return observations
 
     def step_async(self, actions: np.ndarray) -> None:
-        self.envs.step_async(actions)
+        self.envs.step_async(self._batched(actions))
 
     def step_wait(self) -> VecEnvStepReturn:
         observations, rewards, terminations, truncations, (infos, finals) = self.envs._step_wait_per_env()
@@ -120,12 +130,18 @@ class RemoteVecEnv(VecEnv):
 
     # -- the envs' attributes and methods ---------------------------------------------------------
 
+    def has_attr(self, attr_name: str) -> bool:
+        """Whether every env has ``attr_name`` (through wrappers), which is read, not called."""
+        return all(self.envs._call_slots(range(self.num_envs), attr_name, _query=HAS_ATTR_QUERY))
+
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         return self._call(indices, attr_name)
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        slots = list(self._get_indices(indices))
-        self.envs._set_attr_slots(slots, attr_name, [value] * len(slots))
+        slots = self._slots(indices)
+        for positions in _rounds(slots):
+            round_slots = [slots[position] for position in positions]
+            self.envs._set_attr_slots(round_slots, attr_name, [value] * len(round_slots), outermost=True)
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
@@ -138,12 +154,44 @@ class RemoteVecEnv(VecEnv):
 
     def _call(self, indices: VecEnvIndices, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """``call`` on the envs of ``indices``; an env without the attribute raises AttributeError, as in SB3."""
-        try:
-            return list(self.envs._call_slots(self._get_indices(indices), name, *args, **kwargs))
-        except RemoteEnvError as error:
-            if error.remote_type == "AttributeError":
-                raise AttributeError(str(error)) from error
-            raise
+        slots = self._slots(indices)
+        results: list[Any] = [None] * len(slots)
+        for positions in _rounds(slots):
+            values = self.envs._call_slots([slots[p] for p in positions], name, *args, **kwargs)
+            for position, value in zip(positions, values, strict=True):
+                results[position] = value
+        return results
+
+    def _slots(self, indices: VecEnvIndices) -> list[int]:
+        """The slots ``indices`` names, in order, as DummyVecEnv's ``[self.envs[i] for i in indices]`` picks envs."""
+        if indices is None:
+            return list(range(self.num_envs))
+        if isinstance(indices, (int, np.integer)):
+            indices = [indices]
+        slots = range(self.num_envs)
+        picked = []
+        for index in indices:
+            try:
+                picked.append(slots[operator.index(index)])
+            except IndexError:
+                raise IndexError(f"env index {index} out of range for {self.num_envs} envs") from None
+        return picked
+
+    def _batched(self, actions: Any) -> Any:
+        """``actions`` in the batched form RemoteVectorEnv takes, for ``num_envs`` envs (see the class docstring)."""
+        space, count = self.action_space, self.num_envs
+        if isinstance(space, (spaces.Dict, spaces.Tuple)):
+            if isinstance(space, spaces.Dict) and isinstance(actions, Mapping):
+                return actions
+            if isinstance(space, spaces.Tuple) and isinstance(actions, tuple) and _is_batch(space, actions, count):
+                return actions
+            per_env = [actions[index] for index in range(min(len(actions), count))]
+            if len(per_env) != count:
+                raise ValueError(f"expected actions for {count} envs, got {len(per_env)}")
+            return concatenate(space, per_env, create_empty_array(space, count))
+        if isinstance(actions, (list, tuple)) or (isinstance(actions, np.ndarray) and actions.ndim > 0):
+            return actions[:count]  # as DummyVecEnv, which steps env i with actions[i], ignores the rest
+        return actions
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         if self.render_mode != "rgb_array":
@@ -153,6 +201,40 @@ class RemoteVecEnv(VecEnv):
             )
             return [None] * self.num_envs
         return list(self.envs.render())
+
+
+def _rounds(slots: list[int]) -> list[list[int]]:
+    """The positions in ``slots`` in rounds that name each slot at most once (its n-th mention in round n):
+    RemoteVectorEnv's calls take distinct slots, DummyVecEnv reaches a repeated env once per mention."""
+    rounds: list[list[int]] = []
+    mentions: dict[int, int] = {}
+    for position, slot in enumerate(slots):
+        mention = mentions.get(slot, 0)
+        mentions[slot] = mention + 1
+        if mention == len(rounds):
+            rounds.append([])
+        rounds[mention].append(position)
+    return rounds
+
+
+def _is_batch(space: gym.Space, value: Any, count: int) -> bool:
+    """Whether ``value`` is shaped as Gymnasium's batch of ``count`` samples of ``space`` (dtypes and bounds aside)."""
+    if isinstance(space, spaces.Dict):
+        return isinstance(value, Mapping) and all(
+            key in value and _is_batch(subspace, value[key], count) for key, subspace in space.spaces.items()
+        )
+    if isinstance(space, spaces.Tuple):
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(space.spaces)
+            and all(_is_batch(subspace, item, count) for subspace, item in zip(space.spaces, value))
+        )
+    if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        try:
+            return np.shape(value) == (count, *space.shape)
+        except (ValueError, TypeError):  # a ragged nesting: per-env actions
+            return False
+    return isinstance(value, (list, tuple, np.ndarray)) and len(value) == count  # batched as a tuple of samples
 
 
 def _groups(options: list[dict]) -> list[tuple[dict, list[int]]]:

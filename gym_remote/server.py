@@ -29,9 +29,10 @@ import gymnasium as gym
 import numpy as np
 import zmq
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.vector.utils import batch_differing_spaces
 
 from gym_remote import codec, protocol, transport
-from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError
+from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError, remote_env_error
 from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
 from gym_remote.security import DEFAULT_HANDSHAKE_RATE, Gatekeeper, ServerSecurity
 
@@ -222,7 +223,7 @@ class SlotServer:
         self.action_space: gym.Space | None = None
         self.observation_leaves: list[np.ndarray] | None = None
         self.launch_failures: dict[int, dict[str, Any]] = {}  # start-up errors reported by launched clients
-        self.launch_refusals: dict[int, str] = {}  # why launched clients were refused
+        self.launch_refusals: dict[int, _Refusal] = {}  # why launched clients were refused
         self.refusals: list[str] = []
         self.on_first_spaces: Callable[[ClientInfo], None] | None = None
         self.on_join: Callable[[ClientInfo], None] | None = None
@@ -747,11 +748,7 @@ class SlotServer:
                 self.lose(previous, "it reconnected as a new session", tell=False)
             self._join(identity, hello, peer)
         except _Refusal as refusal:
-            self.waiting.pop(identity, None)
-            self._refuse(identity, refusal.code, str(refusal))
-            index = self._verified_launch(hello.get("launch")) if isinstance(hello, dict) else None
-            if index is not None:
-                self.launch_refusals[index] = str(refusal)
+            self._refuse_hello(identity, hello, refusal)
         except _MALFORMED as error:
             self.waiting.pop(identity, None)
             self._refuse(identity, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
@@ -820,9 +817,8 @@ class SlotServer:
                 try:
                     self._join(identity, waiter.hello, waiter.peer)
                 except _Refusal as refusal:
-                    if refusal.code != "full":  # its spaces no longer match (e.g. given meanwhile)
-                        self.waiting.pop(identity, None)
-                        self._refuse(identity, refusal.code, str(refusal))
+                    if refusal.code != "full":  # its spaces do not match those now known
+                        self._refuse_hello(identity, waiter.hello, refusal)
                 except _MALFORMED as error:
                     self.waiting.pop(identity, None)
                     self._refuse(identity, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
@@ -909,27 +905,11 @@ class SlotServer:
     def _check_spaces(self, observation_spaces: list[gym.Space], action_spaces: list[gym.Space]) -> None:
         reference_obs = self.observation_space if self.observation_space is not None else observation_spaces[0]
         reference_act = self.action_space if self.action_space is not None else action_spaces[0]
-        same = isinstance(self.observation_mode, str) and self.observation_mode == "same"
         for index, (obs_space, act_space) in enumerate(zip(observation_spaces, action_spaces, strict=True)):
-            if same and obs_space != reference_obs:
-                raise _Refusal(
-                    "spaces",
-                    f"observation space of the client's env {index} is {obs_space}, the vector's "
-                    f"single_observation_space is {reference_obs} (observation_mode='same'; use 'different' "
-                    "for spaces that differ in bounds only)",
-                )
-            if not same and not is_space_dtype_shape_equiv(obs_space, reference_obs):
-                raise _Refusal(
-                    "spaces",
-                    f"observation space of the client's env {index} is {obs_space}, which does not share shape "
-                    f"and dtype with the vector's single_observation_space {reference_obs}",
-                )
-            if act_space != reference_act:
-                raise _Refusal(
-                    "spaces",
-                    f"action space of the client's env {index} is {act_space}, the vector's "
-                    f"single_action_space is {reference_act}",
-                )
+            mismatch = space_mismatch(self.observation_mode, reference_obs, reference_act, obs_space, act_space)
+            if mismatch is not None:
+                kind, reason = mismatch
+                raise _Refusal("spaces", f"{reason} (the client's env {index})", kind)
 
     def _free_slots(self, count: int) -> list[int]:
         free = [
@@ -978,6 +958,14 @@ class SlotServer:
         }
         return self._try_send(client.identity, protocol.message(Kind.WELCOME, welcome))
 
+    def _refuse_hello(self, identity: bytes, hello: Any, refusal: _Refusal) -> None:
+        """Refuse a HELLO for good; a launched client's refusal is kept for the learner to raise."""
+        self.waiting.pop(identity, None)
+        self._refuse(identity, refusal.code, str(refusal))
+        index = self._verified_launch(hello.get("launch")) if isinstance(hello, dict) else None
+        if index is not None:
+            self.launch_refusals[index] = refusal
+
     def _refuse(self, identity: bytes, code: str, reason: str, *, waiting: bool = False) -> bool:
         """Send REFUSE; False if the peer cannot be reached any more."""
         if waiting:
@@ -1010,11 +998,8 @@ class SlotServer:
         index = report.get("index")
         slot = client.slots[index] if type(index) is int and 0 <= index < client.count else None
         where = f"slot {slot} of {client.describe()}" if slot is not None else client.describe()
-        return RemoteEnvError(
-            f"{what} failed in {where}: {report.get('type')}: {report.get('message')}",
-            slot=slot,
-            remote_type=str(report.get("type", "")),
-            remote_traceback=str(report.get("traceback", "")),
+        return remote_env_error(
+            f"{what} failed in {where}: {report.get('type')}: {report.get('message')}", report, slot
         )
 
     def _drain(self) -> None:
@@ -1026,9 +1011,52 @@ _MALFORMED = (ProtocolError, KeyError, TypeError, ValueError, OverflowError)
 
 
 class _Refusal(Exception):
-    def __init__(self, code: str, reason: str) -> None:
+    """Why a HELLO is refused; ``error`` is the exception a launched client's refusal raises in the learner."""
+
+    def __init__(self, code: str, reason: str, error: type[Exception] = RuntimeError) -> None:
         super().__init__(reason)
         self.code = code
+        self.error = error
+
+
+def space_mismatch(
+    observation_mode: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    env_observation_space: gym.Space,
+    env_action_space: gym.Space,
+) -> tuple[type[Exception], str] | None:
+    """Whether an env's spaces do not fit the vector's, as ``SyncVectorEnv`` checks its envs'.
+
+    Returns None if they fit, else the exception class ``SyncVectorEnv`` raises and its message
+    (with ``observation_mode="different"``, what ``batch_differing_spaces`` raises for the pair).
+    """
+    if observation_mode == "same":
+        if env_observation_space != observation_space:
+            return RuntimeError, (
+                "RemoteVectorEnv(..., observation_mode='same') however the sub-environments observation spaces are "
+                f"not equivalent. single_observation_space={observation_space}, sub-environment "
+                f"observation_space={env_observation_space}. If this is intentional, use "
+                "`observation_mode='different'` instead."
+            )
+    else:
+        if observation_mode == "different":
+            try:
+                batch_differing_spaces([observation_space, env_observation_space])
+            except (TypeError, ValueError, AssertionError) as error:
+                return type(error), str(error)
+        if not is_space_dtype_shape_equiv(env_observation_space, observation_space):
+            return RuntimeError, (
+                "RemoteVectorEnv(..., observation_mode='different' or custom space) however the sub-environments "
+                "observation spaces do not share a common shape and dtype, single_observation_space="
+                f"{observation_space}, sub-environment observation space={env_observation_space}"
+            )
+    if env_action_space != action_space:
+        return RuntimeError, (
+            "Sub-environment action space doesn't make the `single_action_space`, "
+            f"action_space={env_action_space}, single_action_space={action_space}"
+        )
+    return None
 
 
 def _error_message(text: str) -> list[Any]:

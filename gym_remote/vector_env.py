@@ -7,6 +7,8 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +21,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
 from gym_remote import codec, commands, protocol
 from gym_remote.batch import ResultBatch
-from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError, RemoteTimeoutError
+from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError, RemoteTimeoutError, remote_env_error
 from gym_remote.launch import LocalClients
 from gym_remote.partial import PartialBatches
 from gym_remote.protocol import Kind
@@ -73,8 +75,9 @@ class RemoteVectorEnv(VectorEnv):
             and in :meth:`step` for the replacement of a lost client.
         liveness_timeout: seconds without a sign of life on a client's connection (ZeroMQ heartbeats,
             answered whatever its envs are doing) before the client is declared lost.
-        max_restarts: times in a row a local client may die without serving a step before the vector
-            env gives up restarting it and raises.
+        max_restarts: times in a row a local client's process may die without serving a step before
+            the vector env gives up restarting it and raises. An env function that raises is not
+            retried: its error is raised at once.
         max_message_bytes: largest message frame a client may send (default 256 MiB). gym_remote
             clients learn it in the handshake and report an error instead of sending more; any other peer
             that sends more is cut off by ZeroMQ.
@@ -268,23 +271,25 @@ class RemoteVectorEnv(VectorEnv):
                 spin=spin,
             )
             self._partial = PartialBatches(self._server, self.autoreset_mode, self._lost_unreported)
-            self._server.on_first_spaces = self._adopt_first_client
-            self._server.on_join = self._on_join
-            self._server.on_lost = self._on_lost
+            # weakly: a vector env dropped without close() is finalized at once, not by the cycle collector
+            self._server.on_first_spaces = _weak(self._adopt_first_client)
+            self._server.on_join = _weak(self._on_join)
+            self._server.on_lost = _weak(self._on_lost)
             if observation_space is not None:
                 self._set_spaces(observation_space, action_space)
             if self._local is not None:
                 self._start_local_clients(allow_pickle, local_security)
         except BaseException:
-            self.close()
+            self.close(timeout=0.5)  # the local clients need not finish their handshakes first
             raise
+        self._finalizer = weakref.finalize(self, _release, self._server, self._local, self._workdir)
 
     # -- construction ------------------------------------------------------------------------------
 
     def _start_local_clients(self, allow_pickle: bool | None, security: ClientSecurity | None) -> None:
         server, local = self._server, self._local
         local.start(server.address, allow_pickle=allow_pickle is not False, security=security)
-        server.watchdog = self._supervise
+        server.watchdog = _weak(self._supervise)
         server.wait_for_slots(self.connect_timeout, what="the local clients")
         first = server.slots[0]
         self._set_spaces(first.observation_spaces[0], first.action_spaces[0])
@@ -316,12 +321,17 @@ class RemoteVectorEnv(VectorEnv):
     def _supervise(self) -> None:
         """The watchdog of local clients: notice dead processes, restart them after a backoff, or give up."""
         local, server = self._local, self._server
+        # Envs that cannot be made, or do not fit the vector's spaces, would fail the same way again.
+        for index, report in server.launch_failures.items():
+            raise self._local_envs_failed(index, report)
+        for index, refusal in server.launch_refusals.items():
+            if refusal.code == "spaces":
+                raise refusal.error(str(refusal))
+            raise RuntimeError(f"local client {index} was refused: {refusal}")
         for index, code in local.poll_exits():
             member = next((client for client in server.clients.values() if client.launch_index == index), None)
             if member is not None:
                 server.lose(member, f"its process exited with code {code}", tell=False)
-            if index in server.launch_refusals:  # its envs do not fit (spaces): restarting would not help
-                raise RuntimeError(f"local client {index} was refused: {server.launch_refusals[index]}")
             delay = local.schedule_restart(index, served=self._local_served.pop(index, False))
             if delay is None:
                 raise self._local_client_failed(index, code)
@@ -330,17 +340,25 @@ class RemoteVectorEnv(VectorEnv):
 
     def _local_client_failed(self, index: int, code: int) -> Exception:
         launch = self._local.slots[index]
-        what = (
+        return ClientLostError(
             f"local client {index} (env_fns[{launch.first_slot}:{launch.first_slot + launch.count}]) failed "
             f"{self._local.failures[index]} times in a row (last exit code {code}); it is not restarted again"
         )
-        report = self._server.launch_failures.get(index)
-        if report is None:
-            return ClientLostError(what)
-        return RemoteEnvError(
-            f"{what}. It could not make its envs: {report.get('type')}: {report.get('message')}",
-            remote_type=str(report.get("type", "")),
-            remote_traceback=str(report.get("traceback", "")),
+
+    def _local_envs_failed(self, index: int, report: dict[str, Any]) -> RemoteEnvError:
+        """The error of a local client whose env function raised: of the type it raised, naming the env."""
+        launch = self._local.slots[index]
+        position = report.get("index")
+        if type(position) is int and 0 <= position < launch.count:
+            slot = launch.first_slot + position
+            where = f"env_fns[{slot}]"
+        else:
+            slot, where = None, f"the env functions env_fns[{launch.first_slot}:{launch.first_slot + launch.count}]"
+        return remote_env_error(
+            f"{where} raised while making its env, in local client {index}: {report.get('type')}: "
+            f"{report.get('message')}",
+            report,
+            slot,
         )
 
     def _set_spaces(self, single_observation_space: gym.Space, single_action_space: gym.Space) -> None:
@@ -708,14 +726,28 @@ class RemoteVectorEnv(VectorEnv):
         """Set ``name`` on every sub-env: one value per slot, or one value for all (as ``SyncVectorEnv``)."""
         self._set_attr_slots(range(self.num_envs), name, values)
 
-    def _call_slots(self, slots: Iterable[int], name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """:meth:`call` on the sub-envs of ``slots`` only (distinct); one result per slot, in that order."""
-        self._check_no_call("call")
-        command = {"name": name, "args": list(args), "kwargs": kwargs}
-        return self._call_clients(Kind.CALL, lambda plan: command, f"call({name!r})", slots)
+    def _call_slots(
+        self, slots: Iterable[int], name: str, *args: Any, _query: str | None = None, **kwargs: Any
+    ) -> tuple[Any, ...]:
+        """:meth:`call` on the sub-envs of ``slots`` only (distinct); one result per slot, in that order.
 
-    def _set_attr_slots(self, slots: Iterable[int], name: str, values: Any) -> None:
-        """:meth:`set_attr` on the sub-envs of ``slots`` only (distinct): one value per slot, or one for all."""
+        ``_query``: instead of calling, ask the CALL query of that name about ``name`` (PROTOCOL.md §5.3,
+        e.g. :data:`~gym_remote.protocol.HAS_ATTR_QUERY`); a query takes no arguments.
+        """
+        self._check_no_call("call")
+        if _query is None:
+            command = {"name": name, "args": list(args), "kwargs": kwargs}
+        else:
+            command = {"name": name, "query": _query}
+        what = f"call({name!r})" if _query is None else f"{_query}({name!r})"
+        return self._call_clients(Kind.CALL, lambda plan: command, what, slots)
+
+    def _set_attr_slots(self, slots: Iterable[int], name: str, values: Any, outermost: bool = False) -> None:
+        """:meth:`set_attr` on the sub-envs of ``slots`` only (distinct): one value per slot, or one for all.
+
+        ``outermost``: set it on each env's outermost wrapper (``setattr``, as SB3's ``DummyVecEnv``), not
+        through the wrappers onto the one that has it (``set_wrapper_attr``).
+        """
         self._check_no_call("set_attr")
         slots = list(slots)
         if not isinstance(values, (list, tuple)):
@@ -726,36 +758,31 @@ class RemoteVectorEnv(VectorEnv):
                 f"Got `{len(values)}` values for {len(slots)} environments."
             )
         value_of = dict(zip(slots, values, strict=True))
+        extra = {"outermost": True} if outermost else {}  # the field's default is false (PROTOCOL.md §5.3)
         self._call_clients(
             Kind.SET_ATTR,
-            lambda plan: {"name": name, "values": [value_of[slot] for slot in plan.slots]},
+            lambda plan: {"name": name, "values": [value_of[slot] for slot in plan.slots], **extra},
             f"set_attr({name!r})",
             slots,
         )
 
     def close_extras(self, timeout: float = 5.0, **kwargs: Any) -> None:
-        """Tell the clients to exit, reap the local client processes and release the endpoint."""
-        local = self._local
-        try:
-            if self._server is not None:
-                self._server.close(
-                    timeout,
-                    gone=lambda client: (
-                        local is not None and client.launch_index is not None and local.exited(client.launch_index)
-                    ),
-                )
-        finally:
-            if self._local is not None:
-                self._local.stop(timeout)
-            if self._workdir is not None:
-                shutil.rmtree(self._workdir, ignore_errors=True)
+        """Tell the clients to exit, reap the local client processes and release the endpoint.
 
-    def __del__(self) -> None:
-        if not getattr(self, "closed", True):
-            try:
-                self.close()
-            except Exception:  # never raise from a finalizer
-                pass
+        A call still pending (``step_async``/``reset_async`` without its ``*_wait``) is abandoned, with
+        a warning, as ``AsyncVectorEnv`` warns.
+        """
+        if self._waiting_for is not None:
+            warnings.warn(
+                f"Calling `close` while waiting for a pending call to `{self._waiting_for}` to complete.",
+                UserWarning,
+                stacklevel=3,
+            )
+            self._waiting_for = self._step_call = self._reset_call = None
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
+        _release(self._server, self._local, self._workdir, timeout)
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -980,6 +1007,39 @@ def _slot_numbers(slots: Any, num_envs: int, name: str) -> np.ndarray:
     if len(np.unique(ids)) != len(ids):
         raise ValueError(f"{name} names a slot twice: {ids.tolist()}")
     return ids.astype(np.intp)
+
+
+def _release(server: SlotServer | None, local: LocalClients | None, workdir: str | None, timeout: float = 2.0) -> None:
+    """Tell the clients to exit, reap the local client processes, remove the private directory.
+
+    Also the finalizer of a vector env dropped without ``close()``: it holds no reference to it.
+    """
+    try:
+        if server is not None:
+            server.close(
+                timeout,
+                gone=lambda client: (
+                    local is not None and client.launch_index is not None and local.exited(client.launch_index)
+                ),
+            )
+    finally:
+        try:
+            if local is not None:
+                local.stop(timeout)
+        finally:
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _weak(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (bound), called through a weak reference to its object: a call after it is gone does nothing."""
+    reference = weakref.WeakMethod(method)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = reference()
+        return None if bound is None else bound(*args, **kwargs)
+
+    return call
 
 
 def _security(

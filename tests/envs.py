@@ -418,3 +418,106 @@ class LooseObsEnv(gym.Env):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.steps += 1
         return self._obs(), 1.0, bool(self.np_random.random() < 0.1), self.steps >= self.max_steps, {}
+
+
+class SeedOnlyResetEnv(gym.Env):
+    """An env whose ``reset`` takes a seed and no options, as some Stable-Baselines3 envs declare it."""
+
+    def __init__(self, max_steps: int = 5) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.max_steps = max_steps
+        self.steps = 0
+
+    def reset(self, seed: int | None = None) -> tuple[Any, dict]:  # type: ignore[override]
+        super().reset(seed=seed)
+        self.steps = 0
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.steps += 1
+        obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return obs, float(action) + float(obs[0]), False, self.steps >= self.max_steps, {}
+
+
+class AttributeWrapper(gym.Wrapper):
+    """A plain wrapper that can tell which attributes it holds itself (not those of the env inside)."""
+
+    def own_attr(self, name: str) -> Any:
+        return vars(self).get(name)
+
+
+def make_attribute_wrapped_env(env_id: int = 0, **kwargs: Any) -> gym.Env:
+    """A :class:`SpaceEnv` (which has ``scale``) inside an :class:`AttributeWrapper` (which has not)."""
+    return AttributeWrapper(SpaceEnv(env_id=env_id, **kwargs))
+
+
+class RaisingEnv(gym.Env):
+    """An env that raises ``error`` (a built-in exception's name, ``gymnasium.error.NAME``, or
+    ``"custom"`` for :class:`CustomEnvError`) where told: in ``step`` with action 1, in ``reset`` with
+    ``options={"fail": True}``, in the method ``fail()``, reading ``broken`` and setting ``fragile``."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, error: str = "ValueError") -> None:
+        self.error = error
+
+    def _raise(self, where: str) -> None:
+        if self.error == "custom":
+            kind: type[Exception] = CustomEnvError
+        elif self.error.startswith("gymnasium.error."):
+            kind = getattr(gym.error, self.error.rsplit(".", 1)[-1])
+        else:
+            kind = getattr(__import__("builtins"), self.error)
+        raise kind(f"deliberate {self.error} in {where}")
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        if options and options.get("fail"):
+            self._raise("reset")
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if action == 1:
+            self._raise("step")
+        return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
+
+    def fail(self) -> None:
+        self._raise("fail()")
+
+    @property
+    def broken(self) -> int:
+        self._raise("broken")
+        return 0
+
+    @property
+    def fragile(self) -> int:
+        return 0
+
+    @fragile.setter
+    def fragile(self, value: int) -> None:
+        self._raise("fragile")
+
+
+class CustomEnvError(Exception):
+    """An exception class the learner cannot name safely: it arrives as a plain ``RemoteEnvError``."""
+
+
+class Counter(gym.Env):
+    """Counts its own steps: its observation is the number of steps since its reset."""
+
+    observation_space = spaces.Box(0.0, np.inf, (1,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.steps += 1
+        return np.full(1, self.steps, dtype=np.float32), 0.0, False, False, {}

@@ -9,6 +9,7 @@ construction happens in a new client process.
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
 from pathlib import Path
@@ -64,10 +65,13 @@ def count_construction(counter: str) -> int:
     return count
 
 
-def make_always_raising(counter: str, message: str = "crash-loop-env-would-not-build") -> gym.Env:
-    """Raises at every construction (the client reports the error, then exits)."""
+def make_always_raising(
+    counter: str, message: str = "crash-loop-env-would-not-build", error_type: str = "RuntimeError"
+) -> gym.Env:
+    """Raises ``error_type`` (a built-in's name or ``gymnasium.error.NAME``) at every construction."""
     count = count_construction(counter)
-    raise RuntimeError(f"{message} (construction {count})")
+    kind = getattr(gym.error, error_type.rsplit(".", 1)[-1]) if "." in error_type else getattr(builtins, error_type)
+    raise kind(f"{message} (construction {count})")
 
 
 def make_exiting(counter: str, code: int = 3) -> gym.Env:

@@ -14,8 +14,10 @@ import functools
 import json
 import multiprocessing
 import os
+import re
 import signal
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -350,6 +352,7 @@ def test_calls_while_a_call_is_pending_raise_already_pending_like_async_vector_e
     start_pending(reference, pending, first_actions)
     expected = pending_refusals(reference, pending, ATTEMPTS, actions)
     assert expected == dict.fromkeys(ATTEMPTS, ("AlreadyPendingCallError", pending))
+    getattr(reference, f"{pending}_wait")()
 
     rig = local_rig(stack, tmp_path)
     rig.reset_both(seed=0)
@@ -367,6 +370,39 @@ def test_calls_while_a_call_is_pending_raise_already_pending_like_async_vector_e
     assert rig.envs.get_attr("label") == rig.labels()  # set_attr was refused
     for _ in range(5):  # no refused step or reset reached the envs
         rig.step_both()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pending", ["step", "reset"])
+def test_close_with_a_call_pending_warns_like_async_vector_env_then_closes(pending):
+    message = f"Calling `close` while waiting for a pending call to `{pending}` to complete."
+    reference = AsyncVectorEnv([make_cartpole] * 2)
+    reference.reset(seed=0)
+    start_pending(reference, pending, np.array([0, 1]))
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        reference.close()
+
+    envs = RemoteVectorEnv([make_cartpole] * 2, num_clients=1)
+    pids = envs._local.pids
+    envs.reset(seed=0)
+    start_pending(envs, pending, np.array([0, 1]))
+    with pytest.warns(UserWarning, match=re.escape(message)) as caught:
+        envs.close()
+    assert [str(warning.message) for warning in caught] == [message]
+    assert caught[0].filename == __file__  # attributed to the caller of close()
+    assert envs.closed
+    assert not any(pid_alive(pid) for pid in pids)
+    with pytest.raises(ClosedEnvironmentError):
+        envs.step_wait()
+
+
+def test_close_without_a_call_pending_does_not_warn(recwarn):
+    envs = RemoteVectorEnv([make_cartpole] * 2, num_clients=1)
+    envs.reset(seed=0)
+    envs.step_async(np.array([0, 1]))
+    envs.step_wait()
+    envs.close()
+    assert not [warning for warning in recwarn if issubclass(warning.category, UserWarning)]
 
 
 @pytest.mark.timeout(60)
@@ -605,8 +641,11 @@ def test_every_method_of_a_closed_env_raises_closed_environment_error(pending, s
         start_pending(rig.envs, pending, actions)
         wait_until(lambda: rig.entered(pending, 2), 10, f"the slow {pending} to start")
     started = time.monotonic()
-    rig.envs.close(timeout=1.0)  # for the clients to acknowledge, then for the processes to exit
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rig.envs.close(timeout=1.0)  # for the clients to acknowledge, then for the processes to exit
     assert time.monotonic() - started < 6, "close() waited for the pending call"
+    assert len(caught) == (0 if pending is None else 1), [str(warning.message) for warning in caught]
     assert rig.envs.closed
     expected = dict.fromkeys(CLOSED_CALLS, ClosedEnvironmentError)
     assert closed_errors(rig.envs, actions) == expected

@@ -376,3 +376,18 @@ def test_client_refused_for_its_spaces_exits_1(run):
     finally:
         envs.close()
     assert good.wait(10) == 0, good
+
+
+def test_client_waiting_in_line_exits_0_when_the_learner_closes(run):
+    envs = RemoteVectorEnv(num_envs=1, connect_timeout=30)
+    try:
+        serving = run("client", envs.address, "--env", "CartPole-v1", "--connect-timeout", "30")
+        envs.reset(seed=0)
+        waiting = run("--log-level", "INFO", "client", envs.address, "--env", "CartPole-v1", "--connect-timeout", "30")
+        step_until(envs, lambda: envs.server_stats()["waiting"] == 1, 30, "the second client to wait in line")
+    finally:
+        envs.close()
+    assert serving.wait(10) == 0, serving
+    assert waiting.wait(10) == 0, waiting
+    assert "closed before a slot freed up" in waiting.stderr, waiting
+    assert "Traceback" not in waiting.stderr, waiting

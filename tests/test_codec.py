@@ -11,6 +11,7 @@ Two ways of carrying the buffers from :func:`codec.encode` to :func:`codec.decod
 from __future__ import annotations
 
 import collections
+import copy
 import json
 import math
 import pathlib
@@ -1755,6 +1756,30 @@ def test_roundtripped_spaces_sample_identically():
         assert_same_sample(space.sample(), decoded.sample(), name)
 
 
+BIT_GENERATORS = ["PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64"]
+
+
+@pytest.mark.parametrize(
+    ("name", "bit_generator"),
+    [(name, "PCG64") for name in SPACES] + [(next(iter(SPACES)), other) for other in BIT_GENERATORS[1:]],
+)
+def test_space_random_state_travels_exactly(name, bit_generator):
+    """A seeded space arrives in the same random state (its sub-spaces too): it samples the same values."""
+    space = copy.deepcopy(SPACES[name])
+    space.seed(7)
+    space._np_random = np.random.Generator(getattr(np.random, bit_generator)(11))
+    space.sample()  # a state part-way through
+    decoded = space_roundtrip(space)
+    for _ in range(3):
+        assert_same_sample(space.sample(), decoded.sample(), name)
+
+
+def test_unseeded_space_travels_without_random_state():
+    space = spaces.Discrete(4)
+    assert "rng" not in space_to_value(space)
+    assert space_roundtrip(space)._np_random is None
+
+
 def assert_same_sample(a, b, name):
     if isinstance(a, dict):
         assert list(a) == list(b), name
@@ -1985,6 +2010,14 @@ MALFORMED_SPACES = [
     {"space": "OneOf", "spaces": None},
     {"space": "pickle", "data": cloudpickle.dumps(spaces.Discrete(3))},
     {"space": "pickle"},
+    # random generator states
+    {**_D2, "rng": None},
+    {**_D2, "rng": "PCG64"},
+    {**_D2, "rng": {"bit_generator": "RandomState"}},
+    {**_D2, "rng": {"bit_generator": "PCG64"}},
+    {**_D2, "rng": {"bit_generator": "PCG64", "state": {"state": "1", "inc": 1}, "has_uint32": 0, "uinteger": 0}},
+    {**_D2, "rng": {"bit_generator": "MT19937", "state": {"key": np.zeros(3, np.uint32), "pos": 0}}},
+    {**_D2, "rng": {"bit_generator": "os.system", "state": {}}},
 ]
 
 

@@ -11,6 +11,8 @@ import contextlib
 import copy
 import functools
 import math
+import re
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,11 +20,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 from gym_remote import RemoteVectorEnv, transport
-from tests.envs import ACTION_SPACES, SPACES, make_cartpole, make_wrapped_env, space_env
+from tests.envs import ACTION_SPACES, SPACES, SpaceEnv, make_cartpole, make_wrapped_env, space_env
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 MODE_IDS = ["next_step", "same_step", "disabled"]
@@ -486,6 +489,55 @@ def test_observation_mode_space_pair():
     run_pair(_different_box_fns(), observation_mode=(batched, single), steps=100, num_clients=2)
 
 
+_F32 = np.float32
+SPACE_MISMATCHES = {
+    "same_mode_other_bounds": ("same", [spaces.Box(-1.0, 1.0, (3,), _F32), spaces.Box(-2.0, 2.0, (3,), _F32)], None),
+    "same_mode_other_shape": ("same", [spaces.Box(-1.0, 1.0, (3,), _F32), spaces.Box(-1.0, 1.0, (2,), _F32)], None),
+    "different_mode_other_shape": (
+        "different",
+        [spaces.Box(-1.0, 1.0, (3,), _F32), spaces.Box(-1.0, 1.0, (2,), _F32)],
+        None,
+    ),
+    "different_mode_other_dtype": (
+        "different",
+        [spaces.Box(-1.0, 1.0, (3,), _F32), spaces.Box(-1.0, 1.0, (3,), np.float64)],
+        None,
+    ),
+    "different_mode_other_type": ("different", [spaces.Box(-1.0, 1.0, (3,), _F32), spaces.Discrete(3)], None),
+    "action_spaces": ("same", None, [spaces.Discrete(3), spaces.Discrete(4)]),
+    "custom_pair_other_shape": (
+        (spaces.Box(-1.0, 1.0, (3, 3), _F32), spaces.Box(-1.0, 1.0, (3,), _F32)),
+        [spaces.Box(-1.0, 1.0, (3,), _F32), spaces.Box(-1.0, 1.0, (2,), _F32)],
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SPACE_MISMATCHES))
+def test_differing_spaces_raise_what_sync_and_async_raise(case):
+    mode, observation_spaces, action_spaces = SPACE_MISMATCHES[case]
+    kwargs = [
+        {
+            "observation_space": observation_spaces[min(i, 1)] if observation_spaces else "box_f32",
+            "action_space": action_spaces[min(i, 1)] if action_spaces else "discrete",
+        }
+        for i in range(3)
+    ]
+    env_fns = [functools.partial(space_env, env_id=i, **kwargs[i]) for i in range(3)]
+    raised = {}
+    for kind in (SyncVectorEnv, AsyncVectorEnv, RemoteVectorEnv):
+        started = time.monotonic()
+        with pytest.raises(Exception) as caught:
+            kind(env_fns, observation_mode=copy.deepcopy(mode))
+        raised[kind.__name__] = (type(caught.value), str(caught.value), time.monotonic() - started)
+    sync_type, sync_text, _ = raised["SyncVectorEnv"]
+    remote_type, remote_text, elapsed = raised["RemoteVectorEnv"]
+    assert remote_type is sync_type is raised["AsyncVectorEnv"][0], raised
+    expected_start = re.split(r"=|actual", sync_text.replace("SyncVectorEnv(", "RemoteVectorEnv("))[0]
+    assert remote_text.startswith(expected_start), (remote_text, sync_text)
+    assert elapsed < 5, f"raised after {elapsed:.1f} s"
+
+
 # ---------------------------------------------------------------------------------------------------
 # seeds
 
@@ -517,6 +569,68 @@ def test_seeding(num_clients):
         # both still work, in step
         same_result(sync.reset(seed=1), remote.reset(seed=1), "reset after errors")
         same_result(sync.step(np.array([2, 2, 1, 0])), remote.step(np.array([2, 2, 1, 0])), "step after errors")
+
+
+def seeded_spaces_env(env_id: str, seed: int, index: int) -> gym.Env:
+    """A registered env whose action and observation spaces are seeded, as training scripts do."""
+    env = gym.make(env_id)
+    env.action_space.seed(seed + index)
+    env.observation_space.seed(seed + 100 + index)
+    return env
+
+
+def seeded_space_env(seed: int, index: int, **kwargs: Any) -> gym.Env:
+    env = SpaceEnv(env_id=index, **kwargs)
+    env.action_space.seed(seed + index)
+    env.observation_space.seed(seed + 100 + index)
+    return env
+
+
+SEEDED_ENVS = {
+    **{
+        env_id: functools.partial(seeded_spaces_env, env_id)
+        for env_id in (
+            "CartPole-v1",
+            "Pendulum-v1",
+            "Acrobot-v1",
+            "MountainCarContinuous-v0",
+            "Blackjack-v1",
+            "FrozenLake-v1",
+        )
+    },
+    "nested_spaces": functools.partial(seeded_space_env, observation_space="dict_of_tuple_of_box", action_space="dict"),
+    "tuple_spaces": functools.partial(seeded_space_env, observation_space="tuple", action_space="tuple"),
+}
+
+
+@pytest.mark.parametrize("name", list(SEEDED_ENVS))
+def test_seeded_spaces_sample_as_in_sync(name):
+    """Spaces seeded inside the env functions sample what SyncVectorEnv's spaces sample."""
+    env_fns = [functools.partial(SEEDED_ENVS[name], 7, index) for index in range(3)]
+    sync = SyncVectorEnv(env_fns)
+    remotes = [RemoteVectorEnv(env_fns, num_clients=count) for count in (1, 2)]
+    try:
+        for attribute in ("action_space", "single_action_space", "observation_space", "single_observation_space"):
+            expected = [getattr(sync, attribute).sample() for _ in range(3)]
+            for remote in remotes:
+                got = [getattr(remote, attribute).sample() for _ in range(3)]
+                assert data_equivalence(expected, got), (attribute, expected, got)
+    finally:
+        sync.close()
+        for remote in remotes:
+            remote.close()
+
+
+def test_unseeded_spaces_sample_differently():
+    """Without a seed, each vector env's spaces start from fresh entropy, as in SyncVectorEnv."""
+    env_fns = [functools.partial(gym.make, "CartPole-v1") for _ in range(2)]
+    first, second = RemoteVectorEnv(env_fns, num_clients=1), RemoteVectorEnv(env_fns, num_clients=1)
+    try:
+        samples = [tuple(env.action_space.sample() for _ in range(32)) for env in (first, second)]
+        assert not data_equivalence(samples[0], samples[1])
+    finally:
+        first.close()
+        second.close()
 
 
 def test_unseeded_reset_has_the_same_structure():

@@ -11,6 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector.utils import concatenate, create_empty_array
 from gymnasium.wrappers import TimeLimit
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.evaluation import evaluate_policy
@@ -18,8 +20,9 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecMonitor, VecNormalize
 
 from gym_remote import RemoteVectorEnv
+from gym_remote.errors import RemoteEnvError
 from gym_remote.sb3 import RemoteVecEnv
-from tests.envs import space_env
+from tests.envs import SeedOnlyResetEnv, make_attribute_wrapped_env, space_env
 from tests.test_equivalence import WALL_CLOCK, assert_same
 
 torch.set_num_threads(1)  # OMP_NUM_THREADS=1 is set in conftest.py
@@ -28,6 +31,10 @@ pytestmark = pytest.mark.timeout(120)
 
 def space_envs(count: int, **kwargs: Any) -> list[Callable[[], gym.Env]]:
     return [functools.partial(space_env, env_id=index, **kwargs) for index in range(count)]
+
+
+def attribute_wrapped_envs(count: int) -> list[Callable[[], gym.Env]]:
+    return [functools.partial(make_attribute_wrapped_env, env_id=index) for index in range(count)]
 
 
 def make_cartpole() -> gym.Env:
@@ -175,6 +182,158 @@ def test_refuses_what_sb3_cannot_use():
         envs.close()
     with pytest.raises(ValueError, match="not neither"):
         RemoteVecEnv()
+
+
+def _as_int(indices: Callable[[], Any]) -> int:
+    return int(indices())
+
+
+def test_indices_take_every_form_dummy_vec_env_takes(adapters):
+    env_fns = space_envs(4)
+    dummy, remote = DummyVecEnv(env_fns), adapters(env_fns, num_clients=2)
+    forms = {
+        "None": lambda: None,
+        "an int": lambda: 2,
+        "a negative int": lambda: -1,
+        "a numpy integer": lambda: np.int64(1),
+        "a list of numpy and negative ints": lambda: [np.int32(3), -4],
+        "a range": lambda: range(1, 3),
+        "a tuple": lambda: (0, 2),
+        "a numpy array": lambda: np.array([3, 1]),
+        "a generator": lambda: (index for index in (2, 0)),
+        "an empty list": lambda: [],
+        "repeats": lambda: [1, 3, 1, -3, 0],  # env 1 three times
+    }
+    calls = {
+        "get_attr": lambda venv, indices: venv.get_attr("env_id", indices=indices),
+        "env_method": lambda venv, indices: venv.env_method("reset", indices=indices),  # once per mention
+        "env_is_wrapped": lambda venv, indices: venv.env_is_wrapped(gym.Wrapper, indices=indices),
+    }
+    try:
+        for venv in (dummy, remote):
+            venv.seed(2)
+            venv.reset()
+        for number, (form, indices) in enumerate(forms.items()):
+            # DummyVecEnv takes only a Python int as one index (it would iterate a numpy integer)
+            dummy_indices = functools.partial(_as_int, indices) if form == "a numpy integer" else indices
+            for name, call in calls.items():
+                assert_same(call(dummy, dummy_indices()), call(remote, indices()), f"{name} with {form}")
+            dummy.set_attr("scale", float(number), indices=dummy_indices())
+            remote.set_attr("scale", float(number), indices=indices())
+            assert_same(dummy.get_attr("scale"), remote.get_attr("scale"), f"scale after set_attr with {form}")
+        assert_same(dummy.get_attr("episodes"), remote.get_attr("episodes"), "episodes")
+        # env 1: reset(), then None, a numpy integer, a range, a numpy array, and three times in repeats
+        assert remote.get_attr("episodes", indices=[1]) == [1 + 4 + 3]
+        for indices in (4, -5, [0, 4], range(3, 6)):
+            for venv in (dummy, remote):
+                for call in calls.values():
+                    with pytest.raises(IndexError):
+                        call(venv, indices)
+                with pytest.raises(IndexError):
+                    venv.set_attr("scale", 9.0, indices=indices)
+        assert_same(dummy.get_attr("scale"), remote.get_attr("scale"), "scale after set_attr out of range")
+    finally:
+        dummy.close()
+
+
+@pytest.mark.parametrize("action_space", ["discrete", "box", "dict", "tuple"])
+def test_actions_as_dummy_vec_env_indexes_them(adapters, action_space):
+    """Per-env actions (actions[i] for env i, extras ignored) or Gymnasium's batched form, in turn."""
+    env_fns = space_envs(3, action_space=action_space, info_kind="sparse", max_steps=5)
+    dummy, remote = DummyVecEnv(env_fns), adapters(env_fns, num_clients=2)
+    space = dummy.action_space
+    container = isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+    try:
+        for venv in (dummy, remote):
+            venv.seed(4)
+        assert_same(dummy.reset(), remote.reset(), "reset")
+        space.seed(4)
+        for step in range(12):
+            per_env = [space.sample() for _ in range(dummy.num_envs + 1)]  # one action too many
+            if step % 3 == 0:
+                actions = per_env
+            elif step % 3 == 1:
+                actions = tuple(per_env)  # for a Tuple space too: not len(space.spaces) entries
+            elif container:
+                actions = concatenate(space, per_env[:3], create_empty_array(space, 3))
+            else:
+                actions = np.stack(per_env)
+            expected, got = dummy.step(per_env), remote.step(actions)
+            for info in expected[3]:
+                info["TimeLimit.truncated"] = bool(info["TimeLimit.truncated"])
+            assert_same(expected, got, f"step {step}")
+            assert_same(dummy.reset_infos, remote.reset_infos, f"reset_infos at step {step}")
+    finally:
+        dummy.close()
+
+
+def test_reset_without_options_leaves_out_the_keyword(adapters):
+    env_fns = [SeedOnlyResetEnv] * 3  # reset(self, seed=None): no options parameter
+    dummy = DummyVecEnv(env_fns)
+    try:
+        run_side_by_side(dummy, adapters(env_fns, num_clients=2), steps=12, seed=7)
+    finally:
+        dummy.close()
+    envs = RemoteVectorEnv(env_fns, num_clients=1)
+    try:
+        obs, infos = envs.reset(seed=3)
+        assert_same(np.stack([SeedOnlyResetEnv().reset(seed=3 + index)[0] for index in range(3)]), obs, "obs")
+        assert infos == {}
+        assert envs.reset()[0].shape == (3, 2)
+    finally:
+        envs.close()
+
+
+def test_has_attr_looks_without_calling(adapters):
+    env_fns = attribute_wrapped_envs(3)
+    dummy, remote = DummyVecEnv(env_fns), adapters(env_fns, num_clients=2)
+    try:
+        for venv in (dummy, remote):
+            venv.seed(0)
+            venv.reset()
+            venv.set_attr("partial", 1, indices=[0, 2])
+        # a method (reset resets), one with required arguments, attributes of the inner env and of the
+        # wrapper, one only some envs have, one none has
+        names = ["reset", "scaled", "custom_attr", "own_attr", "partial", "no_such_attribute"]
+        assert [remote.has_attr(name) for name in names] == [dummy.has_attr(name) for name in names]
+        assert [remote.has_attr(name) for name in names] == [True, True, True, True, False, False]
+        assert remote.get_attr("episodes") == dummy.get_attr("episodes") == [1, 1, 1]
+        with pytest.raises(RemoteEnvError, match="unknown CALL query"):
+            remote.envs._call_slots([0], "scale", _query="no such query")
+    finally:
+        dummy.close()
+
+
+def test_set_attr_sets_the_outermost_wrapper_as_dummy_vec_env(adapters):
+    env_fns = attribute_wrapped_envs(3)  # the inner env has `scale`, its wrapper has not
+    dummy, remote = DummyVecEnv(env_fns), adapters(env_fns, num_clients=2)
+    try:
+        for venv in (dummy, remote):
+            venv.seed(0)
+            venv.reset()
+            venv.set_attr("scale", 3.0, indices=[0, 2])
+        for what, venv_call in (
+            ("the wrapper's own scale", lambda venv: venv.env_method("own_attr", "scale")),
+            ("the inner env's scale", lambda venv: venv.env_method("describe")),
+            ("get_attr", lambda venv: venv.get_attr("scale")),
+            ("a method reading the inner env's scale", lambda venv: venv.env_method("scaled", 1.0)),
+        ):
+            assert_same(venv_call(dummy), venv_call(remote), what)
+        assert remote.env_method("own_attr", "scale") == [3.0, None, 3.0]
+        assert [described["scale"] for described in remote.env_method("describe")] == [1.0, 1.0, 1.0]
+    finally:
+        dummy.close()
+    # RemoteVectorEnv.set_attr keeps Gymnasium's semantics: through the wrappers, onto the inner env
+    sync, envs = SyncVectorEnv(env_fns), RemoteVectorEnv(env_fns, num_clients=1)
+    try:
+        for venv in (sync, envs):
+            venv.set_attr("scale", 2.0)
+        assert_same(sync.call("own_attr", "scale"), envs.call("own_attr", "scale"), "the wrapper's own scale")
+        assert_same(sync.call("describe"), envs.call("describe"), "the inner env's scale")
+        assert envs.call("own_attr", "scale") == (None, None, None)
+    finally:
+        sync.close()
+        envs.close()
 
 
 # -- SB3's algorithms, wrappers and helpers ---------------------------------------------------------
