@@ -35,7 +35,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from gym_remote import codec, protocol, transport
 from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
-from gym_remote.protocol import FLAG_VALUE, HAS_ATTR_QUERY, WRAPPERS_QUERY, Kind, format_slots, kind_name
+from gym_remote.protocol import FLAG_VALUE, HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY, Kind, format_slots, kind_name
 from gym_remote.security import KeySource, client_security, is_local_endpoint
 
 __all__ = ["EnvClient", "HostedEnvs"]
@@ -154,13 +154,14 @@ class HostedEnvs:
         self._gather_observations(indexes)
         return infos, finals
 
-    def reset(self, seeds: Sequence[int | None], options: dict | None, indexes: Sequence[int] | None) -> list[dict]:
+    def reset(self, seeds: Sequence[int | None], options: Any, indexes: Sequence[int] | None) -> list[dict]:
         """Reset the envs ``indexes`` (all if None) with their seeds, in order; return their infos.
 
-        ``options`` None: ``env.reset(seed=...)`` without ``options``, which some envs do not take.
+        ``options`` :data:`NO_OPTIONS`: ``env.reset(seed=...)`` without the ``options`` keyword, which
+        some envs do not take (as SB3's ``DummyVecEnv`` calls it); else ``env.reset(seed=..., options=options)``.
         """
         infos: list[dict] = []
-        maybe_options = {} if options is None else {"options": options}
+        maybe_options = {} if options is NO_OPTIONS else {"options": options}
         for index, seed in zip(self.selected(indexes), seeds, strict=True):
             env = self.envs[index]
             self.failed_index = index
@@ -680,7 +681,8 @@ class EnvClient:
             indexes = self._read_indexes(hosted, header)
             command = self._read_value(header)
             seeds = _per_env(command["seeds"], header, "seeds")
-            infos = hosted.reset(seeds, command["options"], indexes)
+            options = command.get("options", NO_OPTIONS)  # absent: reset(seed=...) without the keyword
+            infos = hosted.reset(seeds, options, indexes)
             self._send_result(hosted, header.seq, infos, None, indexes)
         elif kind == Kind.CALL:
             indexes = self._read_indexes(hosted, header)

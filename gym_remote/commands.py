@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium.vector.utils import iterate
 
 from gym_remote import codec, protocol
-from gym_remote.protocol import Kind
+from gym_remote.protocol import NO_OPTIONS, Kind
 from gym_remote.server import ClientInfo
 
 Builder = Callable[[ClientInfo, int], list[Any]]
@@ -160,7 +160,9 @@ def reset(seed: Sequence[int | None] | None, options: Any, plan_of: PlanOf) -> B
 
     def build(client: ClientInfo, seq: int) -> list[Any]:
         plan = plan_of(client)
-        value = {"seeds": [None if seed is None else seed[slot] for slot in plan.slots], "options": options}
+        value = {"seeds": [None if seed is None else seed[slot] for slot in plan.slots]}
+        if options is not NO_OPTIONS:
+            value["options"] = options
         return command(Kind.RESET, client, seq, value, lambda path: _reset_label(plan.slots, path), plan.indexes)
 
     return build

@@ -32,6 +32,7 @@ __all__ = [
     "FLAG_DTYPES",
     "FLAG_SUBSET",
     "WRAPPERS_QUERY",
+    "NO_OPTIONS",
     "HAS_ATTR_QUERY",
     "index_frame",
     "parse_index_frame",
@@ -66,6 +67,16 @@ FLAG_SUBSET = 0x4
 
 WRAPPERS_QUERY = "gym_remote:wrappers"
 """A CALL ``name`` no attribute can have: it asks for the classes of each env's wrappers (PROTOCOL.md §5.3)."""
+
+
+class _NoOptions:
+    def __repr__(self) -> str:
+        return "NO_OPTIONS"
+
+
+NO_OPTIONS: Any = _NoOptions()
+"""RESET options that leave the field out: the client calls ``env.reset(seed=...)`` without the
+``options`` keyword (SB3's convention), where ``None`` travels as ``null`` and is passed (§5.2)."""
 
 HAS_ATTR_QUERY = "has_attr"
 """A CALL ``query``: whether each env has the attribute ``name`` (through wrappers), without calling it (§5.3)."""

@@ -39,7 +39,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         " (install torch==2.13.0 or your own torch build first)"
     ) from error
 
-from gym_remote.protocol import HAS_ATTR_QUERY, WRAPPERS_QUERY
+from gym_remote.protocol import HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY
 from gym_remote.vector_env import RemoteVectorEnv
 
 __all__ = ["RemoteVecEnv"]
@@ -99,7 +99,7 @@ class RemoteVecEnv(VecEnv):
         seeds = None if all(seed is None for seed in self._seeds) else list(self._seeds)
         observations = None
         for options, group in _groups(self._options):  # envs with different options reset group by group
-            self.envs._reset_async_slots(group, seeds, options or None)  # as DummyVecEnv: no options, not {}
+            self.envs._reset_async_slots(group, seeds, options or NO_OPTIONS)  # as DummyVecEnv: no options, not {}
             observations, infos = self.envs._reset_wait_per_env()
             for index in group:
                 self.reset_infos[index] = infos[index]

@@ -451,7 +451,7 @@ class SlotServer:
             The clients lost during the exchange.
 
         Raises:
-            RemoteEnvError: an env raised in a client (the first such error, naming its slot), raised
+            RemoteEnvError: an env raised in a client (that of the lowest slot, naming it), raised
                 after every other client has answered, so that no reply is left to confuse a later command.
             RemoteTimeoutError: a client, alive but silent, did not answer in time; the exchange is
                 abandoned (its late replies will be dropped).
@@ -460,8 +460,8 @@ class SlotServer:
             waiting = "; ".join(client.describe() for client in exchange.pending.values())
             self.abandon(exchange)
             raise RemoteTimeoutError(f"timed out after {timeout:g} s waiting for {exchange.what} from {waiting}")
-        if exchange.errors:
-            raise exchange.errors[0][1]
+        if exchange.errors:  # the first env in slot order, as SyncVectorEnv meets them
+            raise min((error for _, error in exchange.errors), key=lambda error: (error.slot is None, error.slot or 0))
         return exchange.lost
 
     def _dispatch(self, identity: bytes, header: protocol.Header, frame: bytes) -> None:

@@ -325,8 +325,11 @@ class RemoteVectorEnv(VectorEnv):
         for index, report in server.launch_failures.items():
             raise self._local_envs_failed(index, report)
         for index, refusal in server.launch_refusals.items():
-            if refusal.code == "spaces":
-                raise refusal.error(str(refusal))
+            if refusal.code == "spaces":  # as SyncVectorEnv words it, with this class's name
+                reason = str(refusal)
+                if reason.startswith("RemoteVectorEnv("):
+                    reason = type(self).__name__ + reason[len("RemoteVectorEnv") :]
+                raise refusal.error(reason)
             raise RuntimeError(f"local client {index} was refused: {refusal}")
         for index, code in local.poll_exits():
             member = next((client for client in server.clients.values() if client.launch_index == index), None)
@@ -938,7 +941,8 @@ class RemoteVectorEnv(VectorEnv):
         self._batch.prepare_loss_reports(lost, same_step)
         self._server.release(lost)
         if same_step:  # the next episode starts now, with a replacement
-            self._reset_slots(lost, None, None, "the reset of a replacement client", drop_reports=False)
+            # an autoreset, which SyncVectorEnv calls without arguments
+            self._reset_slots(lost, None, protocol.NO_OPTIONS, "the reset of a replacement client", drop_reports=False)
         self._batch.write_loss_reports(lost)
         for slot in lost:
             self._lost_unreported.pop(slot, None)

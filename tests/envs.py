@@ -521,3 +521,10 @@ class Counter(gym.Env):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.steps += 1
         return np.full(1, self.steps, dtype=np.float32), 0.0, False, False, {}
+
+
+class OptionsRequiredEnv(SeedOnlyResetEnv):
+    """An env whose ``reset`` requires ``options`` (no default), as Gymnasium's own test envs declare it."""
+
+    def reset(self, seed: int | None, options: dict | None) -> tuple[Any, dict]:  # type: ignore[override]
+        return super().reset(seed=seed)

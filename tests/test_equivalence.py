@@ -25,7 +25,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 from gym_remote import RemoteVectorEnv, transport
-from tests.envs import ACTION_SPACES, SPACES, SpaceEnv, make_cartpole, make_wrapped_env, space_env
+from tests.envs import ACTION_SPACES, SPACES, OptionsRequiredEnv, SpaceEnv, make_cartpole, make_wrapped_env, space_env
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 MODE_IDS = ["next_step", "same_step", "disabled"]
@@ -631,6 +631,13 @@ def test_unseeded_spaces_sample_differently():
     finally:
         first.close()
         second.close()
+
+
+def test_reset_passes_options_none_as_sync_does():
+    """``reset()`` without options calls ``env.reset(seed=..., options=None)``: envs requiring it work."""
+    with env_pair([OptionsRequiredEnv] * 3, num_clients=2) as (sync, remote):
+        same_result(sync.reset(seed=4), remote.reset(seed=4), "reset(seed=4)")
+        same_result(sync.reset(), remote.reset(), "reset()")
 
 
 def test_unseeded_reset_has_the_same_structure():

@@ -180,3 +180,15 @@ def test_a_missing_attribute_is_no_error_in_the_client_log(caplog, thread_client
             assert [record for record in caplog.records if record.levelno == logging.ERROR]
     finally:
         envs.close()
+
+
+def test_of_several_envs_raising_the_lowest_slot_is_raised_as_sync():
+    envs = RemoteVectorEnv(_raising("ValueError", 4), num_clients=4)
+    try:
+        for attempt in range(5):
+            envs.reset(seed=attempt)
+            with pytest.raises(ValueError) as caught:
+                envs.step(np.array([0, 1, 0, 1]))
+            assert caught.value.slot == 1, (attempt, str(caught.value))
+    finally:
+        envs.close()

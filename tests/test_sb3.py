@@ -4,6 +4,9 @@ algorithms, wrappers and helpers running on it (real SB3, torch limited to one t
 from __future__ import annotations
 
 import functools
+import os
+import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +26,7 @@ from gym_remote import RemoteVectorEnv
 from gym_remote.errors import RemoteEnvError
 from gym_remote.sb3 import RemoteVecEnv
 from tests.envs import SeedOnlyResetEnv, make_attribute_wrapped_env, space_env
+from tests.helpers import kill_local_clients, pid_alive, wait_until
 from tests.test_equivalence import WALL_CLOCK, assert_same
 
 torch.set_num_threads(1)  # OMP_NUM_THREADS=1 is set in conftest.py
@@ -275,13 +279,34 @@ def test_reset_without_options_leaves_out_the_keyword(adapters):
     finally:
         dummy.close()
     envs = RemoteVectorEnv(env_fns, num_clients=1)
-    try:
-        obs, infos = envs.reset(seed=3)
-        assert_same(np.stack([SeedOnlyResetEnv().reset(seed=3 + index)[0] for index in range(3)]), obs, "obs")
-        assert infos == {}
-        assert envs.reset()[0].shape == (3, 2)
+    try:  # Gymnasium's face passes options=None, as SyncVectorEnv does
+        with pytest.raises(TypeError, match="options"):
+            envs.reset(seed=3)
     finally:
         envs.close()
+
+
+def test_replacement_of_a_lost_client_resets_without_the_options_keyword():
+    """The reset of a replacement client is an autoreset: no options keyword, as for envs without one."""
+    venv = RemoteVecEnv([SeedOnlyResetEnv] * 2, num_clients=2, liveness_timeout=2.0)
+    pids = list(venv.envs._local.pids)
+    try:
+        venv.reset()
+        venv.step(np.zeros(2, dtype=np.int64))
+        os.kill(pids[1], signal.SIGKILL)
+        wait_until(lambda: not pid_alive(pids[1]), 10, "the killed client to die")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the step that reports the loss resets the replacement
+            _, _, dones, infos = venv.step(np.zeros(2, dtype=np.int64))
+            if infos[1].get("client_lost"):
+                break
+        assert infos[1].get("client_lost") and dones[1] and infos[1]["TimeLimit.truncated"] is True
+        for _ in range(3):
+            venv.step(np.ones(2, dtype=np.int64))
+        assert venv.get_attr("steps")[1] >= 1
+    finally:
+        venv.close()
+        kill_local_clients(pids)
 
 
 def test_has_attr_looks_without_calling(adapters):
