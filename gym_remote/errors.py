@@ -8,7 +8,6 @@ naturally catch (``TypeError`` for values that cannot travel, ``TimeoutError`` f
 from __future__ import annotations
 
 import builtins
-import functools
 import multiprocessing
 from collections.abc import Mapping
 from typing import Any
@@ -94,7 +93,11 @@ _TYPED_ERROR_MODULES = {"builtins": builtins, "gymnasium.error": gymnasium.error
 """Where a remote exception class may be looked up by name: nothing is imported, nothing runs."""
 
 
-@functools.lru_cache(maxsize=None)
+_typed_classes: dict[type[Exception], type[RemoteEnvError]] = {}
+"""The subclasses made so far, by remote class: at most one per exception class of those modules
+(keyed by class, not by the names peers send, so a peer cannot grow it)."""
+
+
 def remote_error_class(module: str, name: str) -> type[RemoteEnvError]:
     """The :class:`RemoteEnvError` subclass for a remote exception class ``module.name``.
 
@@ -103,14 +106,16 @@ def remote_error_class(module: str, name: str) -> type[RemoteEnvError]:
     """
     namespace = _TYPED_ERROR_MODULES.get(module)
     kind = getattr(namespace, name, None) if namespace is not None else None
-    if not (isinstance(kind, type) and issubclass(kind, Exception)) or issubclass(kind, RemoteEnvError):
-        return RemoteEnvError
-    if issubclass(RemoteEnvError, kind):  # RuntimeError, Exception: RemoteEnvError is one already
-        return RemoteEnvError
-    try:
-        return type(f"Remote{name}", (RemoteEnvError, kind), {"__module__": __name__})
-    except TypeError:  # an incompatible instance layout
-        return RemoteEnvError
+    if not (isinstance(kind, type) and issubclass(kind, Exception)) or issubclass(RemoteEnvError, kind):
+        return RemoteEnvError  # not an exception class there, or one RemoteEnvError is already (RuntimeError)
+    typed = _typed_classes.get(kind)
+    if typed is None:
+        try:
+            typed = type(f"Remote{kind.__name__}", (RemoteEnvError, kind), {"__module__": __name__})
+        except TypeError:  # an incompatible instance layout
+            typed = RemoteEnvError
+        _typed_classes[kind] = typed
+    return typed
 
 
 def remote_env_error(message: str, report: Mapping[str, Any], slot: int | None = None) -> RemoteEnvError:

@@ -132,7 +132,7 @@ class RemoteVecEnv(VecEnv):
 
     def has_attr(self, attr_name: str) -> bool:
         """Whether every env has ``attr_name`` (through wrappers), which is read, not called."""
-        return all(self.envs._call_slots(range(self.num_envs), attr_name, _query=HAS_ATTR_QUERY))
+        return all(self.envs._query_slots(range(self.num_envs), attr_name, HAS_ATTR_QUERY))
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         return self._call(indices, attr_name)

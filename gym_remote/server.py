@@ -162,6 +162,7 @@ class SlotServer:
         num_envs: number of slots.
         observation_mode: ``"same"``, ``"different"`` or a custom space pair, as in ``SyncVectorEnv``;
             decides how a client's observation spaces must match the vector's.
+        vector_class: the vector env's class name, in the words of a refusal for spaces.
         autoreset_mode: told to clients in WELCOME.
         allow_pickle: ``True`` lets remote clients that ask for it use the trusted pickle mode;
             launched clients are trusted unless this is ``False``.
@@ -186,6 +187,7 @@ class SlotServer:
         num_envs: int,
         *,
         observation_mode: Any,
+        vector_class: str = "RemoteVectorEnv",
         autoreset_mode: Any,
         allow_pickle: bool | None,
         launches: Sequence[LaunchSlot] = (),
@@ -203,6 +205,7 @@ class SlotServer:
         self.spin = float(spin)
         self._typical_wait = 0.0  # a moving average of how long replies took to come (see _poll_once)
         self.observation_mode = observation_mode
+        self.vector_class = vector_class
         self.autoreset_mode = autoreset_mode
         self.allow_pickle = allow_pickle
         self.liveness_timeout = liveness_timeout
@@ -906,7 +909,9 @@ class SlotServer:
         reference_obs = self.observation_space if self.observation_space is not None else observation_spaces[0]
         reference_act = self.action_space if self.action_space is not None else action_spaces[0]
         for index, (obs_space, act_space) in enumerate(zip(observation_spaces, action_spaces, strict=True)):
-            mismatch = space_mismatch(self.observation_mode, reference_obs, reference_act, obs_space, act_space)
+            mismatch = space_mismatch(
+                self.observation_mode, reference_obs, reference_act, obs_space, act_space, self.vector_class
+            )
             if mismatch is not None:
                 kind, reason = mismatch
                 raise _Refusal("spaces", f"{reason} (the client's env {index})", kind)
@@ -1025,16 +1030,18 @@ def space_mismatch(
     action_space: gym.Space,
     env_observation_space: gym.Space,
     env_action_space: gym.Space,
+    vector_class: str = "RemoteVectorEnv",
 ) -> tuple[type[Exception], str] | None:
     """Whether an env's spaces do not fit the vector's, as ``SyncVectorEnv`` checks its envs'.
 
-    Returns None if they fit, else the exception class ``SyncVectorEnv`` raises and its message
-    (with ``observation_mode="different"``, what ``batch_differing_spaces`` raises for the pair).
+    Returns None if they fit, else the exception class ``SyncVectorEnv`` raises and its message, with
+    ``vector_class`` where Gymnasium names its own class (with ``observation_mode="different"``, what
+    ``batch_differing_spaces`` raises for the pair).
     """
     if observation_mode == "same":
         if env_observation_space != observation_space:
             return RuntimeError, (
-                "RemoteVectorEnv(..., observation_mode='same') however the sub-environments observation spaces are "
+                f"{vector_class}(..., observation_mode='same') however the sub-environments observation spaces are "
                 f"not equivalent. single_observation_space={observation_space}, sub-environment "
                 f"observation_space={env_observation_space}. If this is intentional, use "
                 "`observation_mode='different'` instead."
@@ -1047,7 +1054,7 @@ def space_mismatch(
                 return type(error), str(error)
         if not is_space_dtype_shape_equiv(env_observation_space, observation_space):
             return RuntimeError, (
-                "RemoteVectorEnv(..., observation_mode='different' or custom space) however the sub-environments "
+                f"{vector_class}(..., observation_mode='different' or custom space) however the sub-environments "
                 "observation spaces do not share a common shape and dtype, single_observation_space="
                 f"{observation_space}, sub-environment observation space={env_observation_space}"
             )

@@ -232,6 +232,7 @@ class RemoteVectorEnv(VectorEnv):
         self._step_call: Exchange | None = None
         self._reset_call: _ResetCall | None = None
         self._partial: PartialBatches | None = None  # send / recv
+        self._finalizer: weakref.finalize | None = None  # closes what a vector env dropped unclosed leaves
 
         try:
             if env_fns is not None:
@@ -259,6 +260,7 @@ class RemoteVectorEnv(VectorEnv):
                 bind,
                 self.num_envs,
                 observation_mode=observation_mode,
+                vector_class=type(self).__name__,
                 autoreset_mode=self.autoreset_mode,
                 allow_pickle=allow_pickle,
                 launches=self._local.slots if self._local is not None else (),
@@ -325,11 +327,8 @@ class RemoteVectorEnv(VectorEnv):
         for index, report in server.launch_failures.items():
             raise self._local_envs_failed(index, report)
         for index, refusal in server.launch_refusals.items():
-            if refusal.code == "spaces":  # as SyncVectorEnv words it, with this class's name
-                reason = str(refusal)
-                if reason.startswith("RemoteVectorEnv("):
-                    reason = type(self).__name__ + reason[len("RemoteVectorEnv") :]
-                raise refusal.error(reason)
+            if refusal.code == "spaces":  # what SyncVectorEnv raises for these envs
+                raise refusal.error(str(refusal))
             raise RuntimeError(f"local client {index} was refused: {refusal}")
         for index, code in local.poll_exits():
             member = next((client for client in server.clients.values() if client.launch_index == index), None)
@@ -729,20 +728,18 @@ class RemoteVectorEnv(VectorEnv):
         """Set ``name`` on every sub-env: one value per slot, or one value for all (as ``SyncVectorEnv``)."""
         self._set_attr_slots(range(self.num_envs), name, values)
 
-    def _call_slots(
-        self, slots: Iterable[int], name: str, *args: Any, _query: str | None = None, **kwargs: Any
-    ) -> tuple[Any, ...]:
-        """:meth:`call` on the sub-envs of ``slots`` only (distinct); one result per slot, in that order.
+    def _call_slots(self, slots: Iterable[int], name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """:meth:`call` on the sub-envs of ``slots`` only (distinct); one result per slot, in that order."""
+        command = {"name": name, "args": list(args), "kwargs": kwargs}
+        return self._call_command(slots, command, f"call({name!r})")
 
-        ``_query``: instead of calling, ask the CALL query of that name about ``name`` (PROTOCOL.md §5.3,
-        e.g. :data:`~gym_remote.protocol.HAS_ATTR_QUERY`); a query takes no arguments.
-        """
+    def _query_slots(self, slots: Iterable[int], name: str, query: str) -> tuple[Any, ...]:
+        """Ask the sub-envs of ``slots`` the CALL ``query`` about ``name`` (PROTOCOL.md §5.3, e.g.
+        :data:`~gym_remote.protocol.HAS_ATTR_QUERY`), which calls nothing; one answer per slot."""
+        return self._call_command(slots, {"name": name, "query": query}, f"{query}({name!r})")
+
+    def _call_command(self, slots: Iterable[int], command: dict[str, Any], what: str) -> tuple[Any, ...]:
         self._check_no_call("call")
-        if _query is None:
-            command = {"name": name, "args": list(args), "kwargs": kwargs}
-        else:
-            command = {"name": name, "query": _query}
-        what = f"call({name!r})" if _query is None else f"{_query}({name!r})"
         return self._call_clients(Kind.CALL, lambda plan: command, what, slots)
 
     def _set_attr_slots(self, slots: Iterable[int], name: str, values: Any, outermost: bool = False) -> None:
@@ -782,9 +779,8 @@ class RemoteVectorEnv(VectorEnv):
                 stacklevel=3,
             )
             self._waiting_for = self._step_call = self._reset_call = None
-        finalizer = getattr(self, "_finalizer", None)
-        if finalizer is not None:
-            finalizer.detach()
+        if self._finalizer is not None:
+            self._finalizer.detach()
         _release(self._server, self._local, self._workdir, timeout)
 
     # -- internals ---------------------------------------------------------------------------------

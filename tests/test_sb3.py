@@ -324,7 +324,7 @@ def test_has_attr_looks_without_calling(adapters):
         assert [remote.has_attr(name) for name in names] == [True, True, True, True, False, False]
         assert remote.get_attr("episodes") == dummy.get_attr("episodes") == [1, 1, 1]
         with pytest.raises(RemoteEnvError, match="unknown CALL query"):
-            remote.envs._call_slots([0], "scale", _query="no such query")
+            remote.envs._query_slots([0], "scale", "no such query")
     finally:
         dummy.close()
 
