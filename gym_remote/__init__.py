@@ -23,10 +23,12 @@ from gym_remote.errors import (
 )
 from gym_remote.protocol import PROTOCOL_VERSION
 from gym_remote.registration import REMOTE_VECTOR_ENV_ID, register
+from gym_remote.security import SecurityOptions
 from gym_remote.vector_env import RemoteVectorEnv
 
 __all__ = [
     "RemoteVectorEnv",
+    "SecurityOptions",
     "EnvClient",
     "GymRemoteError",
     "EncodeError",

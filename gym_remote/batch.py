@@ -12,12 +12,11 @@ from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from gym_remote import codec, protocol
-from gym_remote.commands import Plan
+from gym_remote.commands import PlanOf
 from gym_remote.errors import ProtocolError
-from gym_remote.protocol import FLAG_VALUE
-from gym_remote.server import ClientInfo, SlotServer
+from gym_remote.membership import ClientInfo
 
-__all__ = ["ResultBatch"]
+__all__ = ["Landing", "ResultBatch"]
 
 
 class ResultBatch:
@@ -47,47 +46,13 @@ class ResultBatch:
         self.slot_infos.clear()
         self.slot_finals.clear()
 
-    def read_result(
-        self,
-        server: SlotServer,
-        client: ClientInfo,
-        header: protocol.Header,
-        frame: bytes,
-        what: str,
-        plan: Plan | None = None,
-    ) -> None:
-        """Land ``client``'s RESULT (whose header ``server`` just received) in the batch.
+    def landing(self, plan_of: PlanOf | None = None, arrivals: list[int] | None = None) -> Landing:
+        """A sink (:class:`~gym_remote.server.Sink`) that lands RESULTs in this batch.
 
-        ``plan``: the slots the command was for, when not all of the client's.
-
-        Raises:
-            ProtocolError: the RESULT does not fit the command or the spaces.
+        ``plan_of(client)``: the slots a command was for, when not all of each client's;
+        ``arrivals``: a list the slots of each landed RESULT are appended to, in arrival order.
         """
-        whole = plan is None or plan.indexes is None
-        slots = client.slots if whole else plan.slots
-        count = len(slots)
-        if header.count != count:
-            raise ProtocolError(f"RESULT for {header.count} envs, the command was for {count}")
-        rewards, terminations, truncations = protocol.parse_result_scalars(frame, count)
-        if whole:
-            rows, targets = client.rows, client.observation_targets
-        else:
-            rows = np.asarray(slots, dtype=np.intp)
-            targets = [np.empty((count, *leaf.shape[1:]), leaf.dtype) for leaf in self.leaves or ()]
-        server.recv_into(targets, what)
-        self.rewards[rows] = rewards
-        self.terminations[rows] = terminations
-        self.truncations[rows] = truncations
-        if header.flags & FLAG_VALUE:
-            self._read_value(slots, server.recv_value(client, header))
-        elif server.has_more():
-            raise ProtocolError("RESULT has frames after its observations but no value section")
-        elif not self.is_array:
-            raise ProtocolError("RESULT lacks the value section that carries its observations")
-        if self.is_array and (not whole or client.slot_slice is None):  # not received in place
-            for leaf, target in zip(self.leaves, targets, strict=True):
-                leaf[rows] = target
-        client.steps += 1
+        return Landing(self, plan_of, arrivals)
 
     def _read_value(self, slots: list[int], extra: Any) -> None:
         """The optional part of a RESULT for ``slots``: observations that are not arrays, infos, finals."""
@@ -106,6 +71,8 @@ class ResultBatch:
                 if not isinstance(infos[index], dict):
                     raise ProtocolError(f"the info of env {index} is not a dict")
                 self.slot_infos[slot] = infos[index]
+            else:
+                self.slot_infos.pop(slot, None)
             if finals is not None and finals[index] is not None:
                 final = finals[index]
                 if not isinstance(final, tuple) or len(final) != 2 or not isinstance(final[1], dict):
@@ -204,6 +171,59 @@ class ResultBatch:
         infos = self.infos(slots)
         infos["env_id"] = ids
         return observations, self.rewards[ids], self.terminations[ids], self.truncations[ids], infos
+
+
+class Landing:
+    """Lands RESULTs in a :class:`ResultBatch`: the server's sink for a reset or step (see ``ResultBatch.landing``).
+
+    Observations with an array layout are received straight into the batch's rows when a client's
+    slots are consecutive and the command was for all of them; else into scratch arrays, scattered
+    when the RESULT lands.
+    """
+
+    def __init__(self, batch: ResultBatch, plan_of: PlanOf | None, arrivals: list[int] | None) -> None:
+        self.batch = batch
+        self.plan_of = plan_of
+        self.arrivals = arrivals
+        self._scratch: list[np.ndarray] = []
+
+    def _slots(self, client: ClientInfo) -> tuple[list[int], bool]:
+        """The slots a RESULT of ``client`` answers for, and whether they are all of its slots."""
+        plan = self.plan_of(client) if self.plan_of is not None else None
+        if plan is None or plan.indexes is None:
+            return client.slots, True
+        return plan.slots, False
+
+    def targets(self, client: ClientInfo, header: protocol.Header) -> list[np.ndarray]:
+        slots, whole = self._slots(client)
+        if header.count != len(slots):
+            raise ProtocolError(f"RESULT for {header.count} envs, the command was for {len(slots)}")
+        if whole:
+            self._scratch = client.observation_targets
+        else:
+            self._scratch = [np.empty((len(slots), *leaf.shape[1:]), leaf.dtype) for leaf in self.batch.leaves or ()]
+        return self._scratch
+
+    def land(self, client: ClientInfo, header: protocol.Header, scalars: bytes | None, value: Any) -> None:
+        batch = self.batch
+        slots, whole = self._slots(client)
+        rewards, terminations, truncations = protocol.parse_result_scalars(scalars, len(slots))
+        rows = client.rows if whole else np.asarray(slots, dtype=np.intp)
+        if value is not None:
+            batch._read_value(slots, value)
+        elif not batch.is_array:
+            raise ProtocolError("RESULT lacks the value section that carries its observations")
+        elif batch.slot_infos:  # a RESULT without infos replaces what the slots had
+            for slot in slots:
+                batch.slot_infos.pop(slot, None)
+        batch.rewards[rows] = rewards
+        batch.terminations[rows] = terminations
+        batch.truncations[rows] = truncations
+        if batch.is_array and (not whole or client.slot_slice is None):  # not received in place
+            for leaf, target in zip(batch.leaves, self._scratch, strict=True):
+                leaf[rows] = target
+        if self.arrivals is not None:
+            self.arrivals.extend(slots)
 
 
 class _InfoBatcher:

@@ -36,9 +36,9 @@ from zmq.utils.monitor import recv_monitor_message
 from gym_remote import codec, protocol, transport
 from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
 from gym_remote.protocol import FLAG_VALUE, HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY, Kind, format_slots, kind_name
-from gym_remote.security import KeySource, client_security, is_local_endpoint
+from gym_remote.security import KeySource, check_endpoint, client_security, is_local_endpoint
 
-__all__ = ["EnvClient", "HostedEnvs"]
+__all__ = ["EnvClient", "HostedEnvs", "EnvFailure"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,11 @@ IDLE_POLL_SECONDS = 0.2
 
 HANDSHAKE_FAILURES = 3
 """Security handshakes the server cuts off in a row (the sign of a wrong server key) before giving up."""
+
+SEND_HWM = 16
+"""Messages a client queues for the server at most. It answers one command at a time, so a full queue
+means that the server stopped taking messages; sends then wait (up to ``liveness_timeout``) rather than
+pile up megabytes for a server that may be gone."""
 
 _MONITORED = (
     zmq.EVENT_DISCONNECTED
@@ -57,11 +62,32 @@ _MONITORED = (
 )
 
 
+class EnvFailure(Exception):
+    """The env at position ``index`` of a :class:`HostedEnvs` raised ``error`` (also this one's ``__cause__``).
+
+    The client reports ``error`` (its class, message and traceback) in an ERROR naming ``index``, as
+    Gymnasium's AsyncVectorEnv workers report their env's index with its error.
+    """
+
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
+
+    def __str__(self) -> str:
+        return f"env {self.index}: {type(self.error).__name__}: {self.error}"
+
+
+class _SendTimeout(Exception):
+    """A message the server did not take within the send timeout: it stopped reading or is gone."""
+
+
 class HostedEnvs:
     """The envs one client hosts, stepped with Gymnasium's autoreset semantics.
 
     It keeps the client's share of the batch: observations in arrays laid out like the server's
     (for array spaces), rewards and flags directly inside the RESULT frame, and per-env autoreset flags.
+    What an env raises comes out of its methods as an :class:`EnvFailure` naming the env.
     """
 
     def __init__(self, envs: Sequence[gym.Env]) -> None:
@@ -103,7 +129,6 @@ class HostedEnvs:
         self.action_leaves = codec.array_leaf_spaces(action_space)
         self.result = protocol.ResultFrame(count)
         self.autoreset = np.full(count, reset_first, dtype=np.bool_)
-        self.failed_index: int | None = None
 
     def selected(self, indexes: Sequence[int] | None) -> Sequence[int]:
         """The envs a command is for: ``indexes``, or all (None)."""
@@ -134,23 +159,24 @@ class HostedEnvs:
         mode = self.autoreset_mode
         for position, (index, action) in enumerate(zip(self.selected(indexes), actions, strict=True)):
             env = self.envs[index]
-            self.failed_index = index
-            if mode is AutoresetMode.NEXT_STEP and self.autoreset[index]:
-                obs, info = env.reset()
-                rewards[index] = 0.0
-                terminated[index] = False
-                truncated[index] = False
-            else:
-                obs, rewards[index], terminated[index], truncated[index], info = env.step(action)
-                if mode is AutoresetMode.SAME_STEP and (terminated[index] or truncated[index]):
-                    if finals is None:
-                        finals = [None] * len(actions)
-                    finals[position] = (obs, info)
+            try:
+                if mode is AutoresetMode.NEXT_STEP and self.autoreset[index]:
                     obs, info = env.reset()
-            self.env_obs[index] = obs
-            infos.append(info)
-            self.autoreset[index] = terminated[index] or truncated[index]
-        self.failed_index = None
+                    rewards[index] = 0.0
+                    terminated[index] = False
+                    truncated[index] = False
+                else:
+                    obs, rewards[index], terminated[index], truncated[index], info = env.step(action)
+                    if mode is AutoresetMode.SAME_STEP and (terminated[index] or truncated[index]):
+                        if finals is None:
+                            finals = [None] * len(actions)
+                        finals[position] = (obs, info)
+                        obs, info = env.reset()
+                self.env_obs[index] = obs
+                infos.append(info)
+                self.autoreset[index] = terminated[index] or truncated[index]
+            except Exception as error:
+                raise EnvFailure(index, error) from error
         self._gather_observations(indexes)
         return infos, finals
 
@@ -164,14 +190,15 @@ class HostedEnvs:
         maybe_options = {} if options is NO_OPTIONS else {"options": options}
         for index, seed in zip(self.selected(indexes), seeds, strict=True):
             env = self.envs[index]
-            self.failed_index = index
-            self.env_obs[index], info = env.reset(seed=seed, **maybe_options)
+            try:
+                self.env_obs[index], info = env.reset(seed=seed, **maybe_options)
+            except Exception as error:
+                raise EnvFailure(index, error) from error
             self.autoreset[index] = False
             self.result.rewards[index] = 0.0
             self.result.terminated[index] = False
             self.result.truncated[index] = False
             infos.append(info)
-        self.failed_index = None
         self._gather_observations(indexes)
         return infos
 
@@ -191,22 +218,24 @@ class HostedEnvs:
             raise ProtocolError(f"unknown CALL query {query!r}: expected {HAS_ATTR_QUERY!r} or none")
         results = []
         for index in self.selected(indexes):
-            env = self.envs[index]
-            self.failed_index = index
-            if query == HAS_ATTR_QUERY:  # SB3's has_attr: would get_attr succeed? (reads, never calls)
-                try:
-                    env.get_wrapper_attr(name)
-                    results.append(True)
-                except AttributeError:
-                    results.append(False)
-                continue
-            if name == WRAPPERS_QUERY:
-                results.append(_wrapper_classes(env))
-                continue
-            function = env.get_wrapper_attr(name)
-            results.append(function(*args, **kwargs) if callable(function) else function)
-        self.failed_index = None
+            try:
+                results.append(self._call_one(self.envs[index], name, args, kwargs, query))
+            except Exception as error:
+                raise EnvFailure(index, error) from error
         return results
+
+    @staticmethod
+    def _call_one(env: gym.Env, name: str, args: Sequence[Any], kwargs: dict[str, Any], query: str | None) -> Any:
+        if query == HAS_ATTR_QUERY:  # SB3's has_attr: would get_attr succeed? (reads, never calls)
+            try:
+                env.get_wrapper_attr(name)
+                return True
+            except AttributeError:
+                return False
+        if name == WRAPPERS_QUERY:
+            return _wrapper_classes(env)
+        function = env.get_wrapper_attr(name)
+        return function(*args, **kwargs) if callable(function) else function
 
     def set_attr(
         self, name: str, values: Sequence[Any], indexes: Sequence[int] | None = None, outermost: bool = False
@@ -214,12 +243,13 @@ class HostedEnvs:
         """Set ``name`` on the envs ``indexes`` (all if None), one value per env: through their wrappers
         (``set_wrapper_attr``), or on the outermost wrapper itself (``setattr``, as SB3's DummyVecEnv)."""
         for index, value in zip(self.selected(indexes), values, strict=True):
-            self.failed_index = index
-            if outermost:
-                setattr(self.envs[index], name, value)
-            else:
-                self.envs[index].set_wrapper_attr(name, value)
-        self.failed_index = None
+            try:
+                if outermost:
+                    setattr(self.envs[index], name, value)
+                else:
+                    self.envs[index].set_wrapper_attr(name, value)
+            except Exception as error:
+                raise EnvFailure(index, error) from error
 
     def close(self) -> None:
         for env in self.envs:
@@ -254,7 +284,8 @@ class EnvClient:
     that is at the address again, as a new member whose envs start with a reset.
 
     Args:
-        address: the server's endpoint, e.g. ``"tcp://10.0.0.5:5555"`` (``envs.address`` on the server).
+        address: the server's endpoint, e.g. ``"tcp://10.0.0.5:5555"`` (``envs.address`` on the server);
+            the transport scheme (``tcp://``, ``ipc://``) is required.
         env_fns: functions that each make one env; the client hosts ``len(env_fns)`` envs, and the
             server maps them onto as many slots.
         name: a name for logs and the server's client table (default: ``host:pid``).
@@ -265,7 +296,8 @@ class EnvClient:
         reconnect: rejoin a server that went away (True), or end :meth:`run` with an error.
         reconnect_timeout: seconds to try to rejoin after the server went away (``None``: forever).
         liveness_timeout: seconds without a sign of life from the server's connection (ZeroMQ
-            heartbeats, answered even while the learner is busy) before the server counts as gone.
+            heartbeats, answered even while the learner is busy) before the server counts as gone; a
+            reply the server does not take within it (it stopped reading) counts the same.
         allow_pickle: accept pickled values from the server and send values that cannot be encoded
             safely as pickles. Only for servers you trust as much as your own code; the server must
             allow it too.
@@ -274,6 +306,9 @@ class EnvClient:
         client_key: this client's ``NAME.key_secret`` file (or secret key as Z85 text); the server
             must have its public key among its ``authorized_keys``.
         secret: a shared secret instead of key files: the same as the server's; it never travels.
+
+    Raises:
+        ValueError: ``address`` is not a ZeroMQ endpoint (e.g. it lacks its scheme: ``localhost:5555``).
 
     Example::
 
@@ -305,6 +340,7 @@ class EnvClient:
             raise ValueError("EnvClient needs at least one env function")
         if len(env_fns) > protocol.MAX_ENVS_PER_CLIENT:
             raise ValueError(f"one client can host at most {protocol.MAX_ENVS_PER_CLIENT} envs, got {len(env_fns)}")
+        check_endpoint(address, "address")
         self.address = address
         self.env_fns = list(env_fns)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
@@ -335,6 +371,7 @@ class EnvClient:
         self._cut_handshakes = 0  # security handshakes the server cut off in a row
         self._denied_for_now = False  # the server's last answer to a handshake was "not now"
         self._join_timeout: float | None = connect_timeout
+        self._lost_reason = ""  # why _serve counted the server as gone, for ClientLostError (": ..." or "")
 
     def stop(self) -> None:
         """Ask :meth:`run` (in another thread) to leave the server (BYE) and return.
@@ -349,6 +386,7 @@ class EnvClient:
         """Connect, serve the envs until the server sends CLOSE (or :meth:`stop`), then close the envs.
 
         Raises:
+            ValueError: ZeroMQ cannot connect to ``address`` (the message says why).
             JoinRefusedError: the server refused the handshake (the message says why).
             RemoteTimeoutError: no server answered within ``connect_timeout`` (or, after losing the
                 server, within ``reconnect_timeout``), or no slot freed up within ``slot_timeout``.
@@ -364,7 +402,8 @@ class EnvClient:
                 if not self._join(hosted, join_timeout) or self._serve(hosted):
                     return
                 if not self.reconnect:
-                    raise ClientLostError(f"client {self.name}: lost the server at {self.address}")
+                    reason, self._lost_reason = self._lost_reason, ""
+                    raise ClientLostError(f"client {self.name}: lost the server at {self.address}{reason}")
                 self.rejoins += 1
                 join_timeout = self.reconnect_timeout
                 logger.warning("client %s: lost the server at %s; rejoining", self.name, self.address)
@@ -376,7 +415,7 @@ class EnvClient:
             if hosted is not None:
                 hosted.close()
             self._close_socket(linger=1000)
-            self._context.term()
+            transport.terminate(self._context)
 
     def _make_envs(self) -> HostedEnvs:
         """Call the env functions; one that raises is reported to the server (ERROR, seq 0), then re-raised."""
@@ -387,7 +426,10 @@ class EnvClient:
             return HostedEnvs(envs)
         except Exception as error:
             index = len(envs) if len(envs) < len(self.env_fns) else None
-            self._send_error(0, error, index)
+            try:
+                self._send_error(0, error, index)
+            except _SendTimeout as timeout:  # the env function's error is the one to raise
+                logger.warning("client %s: %s", self.name, timeout)
             for env in envs:
                 env.close()
             raise
@@ -404,12 +446,22 @@ class EnvClient:
         sock.setsockopt(zmq.LINGER, 1000)
         sock.setsockopt(zmq.ROUTING_ID, self.session.encode())
         sock.setsockopt(zmq.RCVTIMEO, int(IDLE_POLL_SECONDS * 1000))
+        sock.setsockopt(zmq.SNDTIMEO, max(1, int(self.liveness_timeout * 1000)))  # see _send
+        sock.setsockopt(zmq.SNDHWM, SEND_HWM)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)  # reconnection attempts back off up to 5 s apart
         transport.set_heartbeats(sock, self.liveness_timeout)
         if self._security is not None:
             self._security.apply(sock)
         self._monitor = sock.get_monitor_socket(_MONITORED)
-        sock.connect(self.address)
+        try:
+            sock.connect(self.address)
+        except zmq.ZMQError as error:  # not an address ZeroMQ can connect to; nothing may stay open
+            sock.disable_monitor()
+            self._monitor.close(linger=0)
+            sock.close(linger=0)
+            raise ValueError(
+                f"client {self.name}: cannot connect to {self.address!r}: {zmq.strerror(error.errno)}"
+            ) from None
         self._socket = sock
 
     def _say_bye(self) -> None:
@@ -640,7 +692,16 @@ class EnvClient:
     # -- serving ---------------------------------------------------------------------------------
 
     def _serve(self, hosted: HostedEnvs) -> bool:
-        """Answer commands; True once the server closed (or this client was stopped), False if it was lost."""
+        """Answer commands; True once the server closed (or this client was stopped), False if it was lost
+        (its connection dropped, or it stopped taking this client's messages)."""
+        try:
+            return self._serve_commands(hosted)
+        except _SendTimeout as error:
+            logger.warning("client %s: %s; counting the server as gone", self.name, error)
+            self._lost_reason = f": {error}"
+            return False
+
+    def _serve_commands(self, hosted: HostedEnvs) -> bool:
         sock = self._socket
         while True:
             try:
@@ -648,7 +709,7 @@ class EnvClient:
             except zmq.Again:
                 if self._stop.is_set() or not self._parent_alive():
                     logger.info("client %s: stopping", self.name)
-                    sock.send_multipart(protocol.message(Kind.BYE))
+                    self._send_last(protocol.message(Kind.BYE), "BYE")
                     return True
                 if self._connection_dropped():
                     return False
@@ -659,12 +720,16 @@ class EnvClient:
                 outcome = self._handle(hosted, header, frame)
                 if outcome is not None:
                     return outcome
+            except _SendTimeout:
+                raise
             except Exception as error:  # an env or the message failed: report it and keep serving
                 transport.drain(sock)
+                index = None
+                if isinstance(error, EnvFailure):  # report the env's own error, and which env raised it
+                    index, error = error.index, error.error
                 # get_attr of a missing attribute is an answer the caller expects, not a failure here
                 expected = isinstance(error, AttributeError) and header is not None and header.kind == Kind.CALL
-                self._send_error(header.seq if header else 0, error, hosted.failed_index, expected=expected)
-                hosted.failed_index = None
+                self._send_error(header.seq if header else 0, error, index, expected=expected)
 
     def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> bool | None:
         """Answer one command; True once the server closed, False if it evicted this client, else None."""
@@ -705,7 +770,7 @@ class EnvClient:
             transport.drain(self._socket)  # a probe: the server checks that this connection still routes
         elif kind == Kind.CLOSE:
             transport.drain(self._socket)
-            self._socket.send_multipart(protocol.message(Kind.BYE, seq=header.seq))
+            self._send_last(protocol.message(Kind.BYE, seq=header.seq), "BYE")
             logger.info("client %s: the server closed; exiting", self.name)
             return True
         elif kind == Kind.EVICT:
@@ -786,11 +851,10 @@ class EnvClient:
                 frames += protocol.value_frames(
                     extra, allow_pickle=self._trusted, label=lambda path: _result_label(slots, path)
                 )
-            except EncodeError as error:
-                hosted.failed_index = envs[error.path[1][0]]  # the env whose value cannot travel
-                raise
+            except EncodeError as error:  # reported as the error of the env whose value cannot travel
+                raise EnvFailure(envs[error.path[1][0]], error) from error
         self._check_sizes(frames)
-        transport.send_frames(self._socket, frames)
+        self._send(frames, "RESULT")
 
     def _check_sizes(self, frames: Sequence[Any]) -> None:
         """Refuse to send a frame the server would cut this client off for (its size limit is in WELCOME)."""
@@ -812,7 +876,7 @@ class EnvClient:
             label=lambda path: f"the result of slot {slots[path[1][0]]}{protocol.path_text(path[2:])}",
         )
         self._check_sizes(message)
-        self._socket.send_multipart(message)
+        self._send(message, "CALL_RESULT")
 
     def _send_error(self, seq: int, error: BaseException, index: int | None, expected: bool = False) -> None:
         report = {
@@ -826,7 +890,28 @@ class EnvClient:
         }
         level = logging.DEBUG if expected else logging.ERROR
         logger.log(level, "client %s: %s: %s", self.name, report["type"], report["message"])
-        self._socket.send_multipart(protocol.message(Kind.ERROR, report, seq=seq))
+        self._send(protocol.message(Kind.ERROR, report, seq=seq), "ERROR")
+
+    def _send(self, frames: Sequence[Any], what: str) -> None:
+        """Send one message, waiting at most ``liveness_timeout`` for room in the queue (SNDTIMEO).
+
+        Raises:
+            _SendTimeout: the server took none of this client's last messages in that time.
+        """
+        try:
+            transport.send_frames(self._socket, frames)
+        except zmq.Again:
+            raise _SendTimeout(
+                f"the server at {self.address} took no {what} from this client within {self.liveness_timeout:g} s "
+                "(it stopped reading, or is gone)"
+            ) from None
+
+    def _send_last(self, frames: Sequence[Any], what: str) -> None:
+        """Send the last message of a session (a BYE): one the server does not take is given up on."""
+        try:
+            self._send(frames, what)
+        except _SendTimeout as error:
+            logger.info("client %s: %s; leaving without it", self.name, error)
 
     def _recv_message(self) -> list[bytes] | None:
         try:

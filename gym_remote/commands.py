@@ -17,8 +17,8 @@ import numpy as np
 from gymnasium.vector.utils import iterate
 
 from gym_remote import codec, protocol
+from gym_remote.membership import ClientInfo
 from gym_remote.protocol import NO_OPTIONS, Kind
-from gym_remote.server import ClientInfo
 
 Builder = Callable[[ClientInfo, int], list[Any]]
 """Makes a client's frames for the command with sequence number ``seq``."""

@@ -1,6 +1,12 @@
-"""Local client processes: the ones ``RemoteVectorEnv(env_fns)`` starts, watches and reaps.
+"""Launchers: who starts clients for the learner. :class:`LocalClients` are the processes
+``RemoteVectorEnv(env_fns)`` starts, watches and reaps.
 
-Each process runs :func:`child_main` on a payload file and serves a contiguous share of the
+A :class:`Launcher` is what the :class:`~gym_remote.server.SlotServer` needs of one: the slots it
+reserves (``launches``), ``start``, ``poll`` (while the server waits), the news of its clients
+(``on_join``, ``on_lost``, ``failed``, ``refused``) and ``stop``. ``gym_remote.ray.RayClients``
+is the other one.
+
+Each local process runs :func:`child_main` on a payload file and serves a contiguous share of the
 ``env_fns`` (``env_fns[i]`` always serves slot ``i``). The env functions travel with cloudpickle
 through a file in a directory only the user can read, never over the network. A launched client
 proves it is the one the server started with a random token, and exits on its own when its parent
@@ -13,19 +19,23 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import cloudpickle
 
+from gym_remote.errors import ClientLostError, RemoteEnvError, remote_env_error
+from gym_remote.membership import ClientInfo, LaunchSlot, Refuse
 from gym_remote.security import ClientSecurity
-from gym_remote.server import LaunchSlot
 
-__all__ = ["LocalClients", "split_evenly"]
+__all__ = ["Launcher", "LocalClients", "split_evenly"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,31 +51,71 @@ def split_evenly(total: int, parts: int) -> list[tuple[int, int]]:
     return shares
 
 
+class Launcher(Protocol):
+    """Starts clients of the learner's own, and keeps them going.
+
+    ``launches``: slots reserved for the clients it starts, which prove themselves with their
+    ``token`` (empty for clients that join as remote clients do). ``local_processes``: how many of
+    its clients run on this machine (they need cores the learner would otherwise spin on).
+    ``default_bind``: where the server listens unless told otherwise.
+    """
+
+    launches: Sequence[LaunchSlot]
+    local_processes: int
+    default_bind: str
+
+    def start(self, address: str, *, allow_pickle: bool, security: ClientSecurity | None) -> None:
+        """Start the clients; they connect to ``address`` (with ``security``'s keys if given)."""
+
+    def poll(self) -> list[tuple[int, int]]:
+        """``(launch index, exit code)`` of clients that ended since the last call (the server then
+        declares them lost); restarts what is due. Raises when a client cannot be kept going."""
+
+    def on_join(self, client: ClientInfo) -> None:
+        """``client`` joined."""
+
+    def on_lost(self, client: ClientInfo) -> None:
+        """``client`` was lost (its launched process, if any, is to end)."""
+
+    def failed(self, index: int, report: dict[str, Any]) -> None:
+        """Launched client ``index`` reported that its envs could not be made (an ERROR ``report``)."""
+
+    def refused(self, index: int, refusal: Refuse) -> None:
+        """Launched client ``index`` was refused for good."""
+
+    def exited(self, index: int) -> bool:
+        """Whether launched client ``index`` is known to have ended (it is not waited for on close)."""
+
+    def stop(self, timeout: float) -> None:
+        """End every client (after the server told them to leave), within ``timeout`` seconds."""
+
+
 class LocalClients:
     """Client processes serving ``env_fns`` in contiguous shares, restarted when they die.
 
     Args:
         env_fns: the env functions, ``env_fns[i]`` for slot ``i``.
         num_clients: how many processes share them.
-        workdir: a private directory (mode 0700) for the payload files.
         connect_timeout: how long each client waits for the server's handshake answer.
         liveness_timeout: after how long without a sign of life a client counts the server as gone.
         max_restarts: how many times in a row a client may die without having served a step before
             :meth:`schedule_restart` gives up on it.
+
+    A client whose env function raised, or whose envs' spaces do not fit, is not restarted:
+    :meth:`poll` raises its error (it would fail the same way again).
     """
 
     def __init__(
         self,
         env_fns: Sequence[Callable],
         num_clients: int,
-        workdir: str,
         *,
         connect_timeout: float,
         liveness_timeout: float = 10.0,
         max_restarts: int = 3,
     ) -> None:
         self.env_fns = list(env_fns)
-        self.workdir = workdir
+        self.workdir = tempfile.mkdtemp(prefix="gym-remote-")  # mode 0700: the payloads and the server's endpoint
         self.connect_timeout = connect_timeout
         self.liveness_timeout = liveness_timeout
         self.max_restarts = max_restarts
@@ -78,11 +128,15 @@ class LocalClients:
         self.failures = [0] * len(self.slots)
         self._exits_reported: set[int] = set()
         self._due: dict[int, float] = {}
+        self._members: dict[int, ClientInfo] = {}  # launch index -> the client its process serves as
+        self._served: dict[int, bool] = {}  # launch index -> whether its lost client had served a step
+        self._failures: dict[int, dict[str, Any]] = {}  # env functions that raised, by launch index
+        self._refusals: dict[int, Refuse] = {}
         self._spawned = 0
         self._address = ""
         self._allow_pickle = False
         self._security: ClientSecurity | None = None
-        self._finalizer = weakref.finalize(self, _kill, self.processes)
+        self._finalizer = weakref.finalize(self, _end, self.processes, self.workdir)
 
     def start(self, address: str, *, allow_pickle: bool, security: ClientSecurity | None = None) -> None:
         """Start every client process; they connect to ``address`` (with ``security``'s keys if given)."""
@@ -123,6 +177,83 @@ class LocalClients:
             self.processes[launch.index].pid,
             launch.first_slot,
             launch.first_slot + launch.count - 1,
+        )
+
+    @property
+    def launches(self) -> list[LaunchSlot]:
+        return self.slots
+
+    @property
+    def default_bind(self) -> str:
+        """The server's endpoint when none is given: a socket in the private directory."""
+        return f"ipc://{self.workdir}/server" if os.name == "posix" else "tcp://127.0.0.1:*"
+
+    @property
+    def local_processes(self) -> int:
+        return len(self.slots)
+
+    def on_join(self, client: ClientInfo) -> None:
+        if client.launch_index is not None:
+            self._members[client.launch_index] = client
+            self._failures.pop(client.launch_index, None)
+
+    def on_lost(self, client: ClientInfo) -> None:
+        index = client.launch_index
+        if index is not None:
+            self._members.pop(index, None)
+            if index not in self._exits_reported:  # else poll() has planned its restart already
+                self._served[index] = client.steps > 0
+            self.kill(index)  # it is restarted once its process has ended
+
+    def failed(self, index: int, report: dict[str, Any]) -> None:
+        self._failures[index] = report
+
+    def refused(self, index: int, refusal: Refuse) -> None:
+        self._refusals[index] = refusal
+
+    def poll(self) -> list[tuple[int, int]]:
+        """Notice dead processes and plan their restarts (after a backoff), restart those due, or give up.
+
+        Raises:
+            RemoteEnvError: an env function raised (of the type it raised, naming ``env_fns[i]``).
+            RuntimeError: a client was refused (what ``SyncVectorEnv`` raises for envs whose spaces differ).
+            ClientLostError: a process died too often in a row without serving a step.
+        """
+        for index, report in self._failures.items():
+            raise self._envs_failed(index, report)
+        for index, refusal in self._refusals.items():
+            if refusal.code == "spaces":  # what SyncVectorEnv raises for these envs
+                raise refusal.error(refusal.reason)
+            raise RuntimeError(f"local client {index} was refused: {refusal.reason}")
+        exits = self.poll_exits()
+        for index, code in exits:
+            member = self._members.get(index)
+            served = member.steps > 0 if member is not None else self._served.pop(index, False)
+            delay = self.schedule_restart(index, served=served)
+            if delay is None:
+                launch = self.slots[index]
+                raise ClientLostError(
+                    f"local client {index} (env_fns[{launch.first_slot}:{launch.first_slot + launch.count}]) failed "
+                    f"{self.failures[index]} times in a row (last exit code {code}); it is not restarted again"
+                )
+            logger.warning("local client %d exited with code %d; restarting it in %.1f s", index, code, delay)
+        self.start_due()
+        return exits
+
+    def _envs_failed(self, index: int, report: dict[str, Any]) -> RemoteEnvError:
+        """The error of a local client whose env function raised: of the type it raised, naming the env."""
+        launch = self.slots[index]
+        position = report.get("index")
+        if type(position) is int and 0 <= position < launch.count:
+            slot = launch.first_slot + position
+            where = f"env_fns[{slot}]"
+        else:
+            slot, where = None, f"the env functions env_fns[{launch.first_slot}:{launch.first_slot + launch.count}]"
+        return remote_env_error(
+            f"{where} raised while making its env, in local client {index}: {report.get('type')}: "
+            f"{report.get('message')}",
+            report,
+            slot,
         )
 
     @property
@@ -188,8 +319,7 @@ class LocalClients:
         leftover = [process for process in self.processes if process is not None and process.poll() is None]
         if leftover:
             logger.warning("terminating %d local client(s) that did not exit", len(leftover))
-        _kill(self.processes)
-        self._finalizer.detach()
+        self._finalizer()
 
 
 RESTART_BACKOFF_SECONDS = 0.5
@@ -208,6 +338,14 @@ def _child_environment() -> dict[str, str]:
     paths = [package_root, *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
     environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return environment
+
+
+def _end(processes: list[subprocess.Popen | None], workdir: str) -> None:
+    """End the processes, remove the private directory."""
+    try:
+        _kill(processes)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _kill(processes: list[subprocess.Popen | None]) -> None:

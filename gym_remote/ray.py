@@ -35,7 +35,7 @@ from gym_remote.client import EnvClient
 from gym_remote.launch import split_evenly
 from gym_remote.vector_env import RemoteVectorEnv
 
-__all__ = ["RayVectorEnv"]
+__all__ = ["RayClients", "RayVectorEnv"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +58,100 @@ class _ClientActor:
         return name
 
 
+class RayClients:
+    """A :class:`~gym_remote.launch.Launcher` whose clients are Ray actors placed on the cluster.
+
+    ``env_fns`` are split into ``num_clients`` contiguous shares, one actor each. The actors join as
+    remote clients do (no slots are reserved for them), so ``env_fns[i]`` need not end up in slot ``i``.
+    Ray restarts an actor whose process dies (up to ``max_restarts`` times), and its client rejoins.
+
+    Args: as :class:`RayVectorEnv`'s of the same names; ``secret`` is given to the clients.
+    """
+
+    launches: tuple = ()
+    local_processes = 0
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        num_clients: int | None = None,
+        num_cpus_per_client: float = 1.0,
+        num_gpus_per_client: float = 0.0,
+        resources_per_client: dict[str, float] | None = None,
+        max_restarts: int = 3,
+        client_kwargs: dict[str, Any] | None = None,
+        secret: str | bytes | None = None,
+    ) -> None:
+        if not ray.is_initialized():
+            raise RuntimeError("RayVectorEnv needs a Ray cluster: call ray.init() (or ray.init(address=...)) first")
+        self.env_fns = list(env_fns)
+        if not self.env_fns:
+            raise ValueError("env_fns is empty: a vector env needs at least one env")
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.num_clients = num_clients if num_clients is not None else max(1, min(cpus, len(self.env_fns)))
+        if not 1 <= self.num_clients <= len(self.env_fns):
+            raise ValueError(
+                f"num_clients must be between 1 and len(env_fns)={len(self.env_fns)}, got {self.num_clients}"
+            )
+        self.options = {
+            "num_cpus": num_cpus_per_client,
+            "num_gpus": num_gpus_per_client,
+            "resources": resources_per_client or {},
+            "max_restarts": max_restarts,
+            "max_task_retries": max_restarts,
+        }
+        self.client_kwargs = dict(client_kwargs or {})
+        if secret is not None:
+            self.client_kwargs.setdefault("secret", secret)
+        self.default_bind = _default_bind()
+        self.actors: list[Any] = []
+        self._runs: list[Any] = []
+
+    def start(self, address: str, *, allow_pickle: bool, security: Any = None) -> None:
+        """Start one actor per share of ``env_fns``; each serves its envs to ``address``."""
+        actor_class = ray.remote(_ClientActor)
+        for index, (first, size) in enumerate(split_evenly(len(self.env_fns), self.num_clients)):
+            actor = actor_class.options(**self.options).remote()
+            self.actors.append(actor)
+            share = self.env_fns[first : first + size]
+            self._runs.append(actor.serve.remote(address, share, f"ray-{index}", self.client_kwargs))
+        logger.info("started %d Ray actors serving %d envs at %s", self.num_clients, len(self.env_fns), address)
+
+    def poll(self) -> list[tuple[int, int]]:
+        return []  # Ray restarts the actors; their clients rejoin as remote clients do
+
+    def on_join(self, client: Any) -> None:
+        pass
+
+    def on_lost(self, client: Any) -> None:
+        pass
+
+    def failed(self, index: int, report: dict[str, Any]) -> None:
+        pass
+
+    def refused(self, index: int, refusal: Any) -> None:
+        pass
+
+    def exited(self, index: int) -> bool:
+        return False
+
+    def stop(self, timeout: float) -> None:
+        """Wait for the clients to return (the server told them to leave), then end the actors."""
+        deadline = time.monotonic() + timeout
+        for run in self._runs:
+            try:
+                ray.get(run, timeout=max(0.1, deadline - time.monotonic()))
+            except Exception as error:  # a client that failed or did not return: ended below
+                logger.debug("a Ray client ended with %r", error)
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors, self._runs = [], []
+
+
 class RayVectorEnv(RemoteVectorEnv):
-    """A :class:`~gym_remote.RemoteVectorEnv` whose clients are Ray actors placed on the cluster.
+    """A :class:`~gym_remote.RemoteVectorEnv` whose clients are Ray actors placed on the cluster:
+    ``RemoteVectorEnv(num_envs=len(env_fns), launcher=RayClients(env_fns, ...))``.
 
     ``env_fns`` are split into ``num_clients`` contiguous shares, one actor each. Clients take slots
     in the order they join (as remote clients do), so ``env_fns[i]`` need not end up in slot ``i``.
@@ -92,52 +184,19 @@ class RayVectorEnv(RemoteVectorEnv):
         client_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if not ray.is_initialized():
-            raise RuntimeError("RayVectorEnv needs a Ray cluster: call ray.init() (or ray.init(address=...)) first")
-        env_fns = list(env_fns)
-        if not env_fns:
-            raise ValueError("env_fns is empty: a vector env needs at least one env")
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        count = num_clients if num_clients is not None else max(1, min(cpus, len(env_fns)))
-        if not 1 <= count <= len(env_fns):
-            raise ValueError(f"num_clients must be between 1 and len(env_fns)={len(env_fns)}, got {count}")
-        self._actors: list[Any] = []
-        self._runs: list[Any] = []
-        super().__init__(num_envs=len(env_fns), bind=bind or _default_bind(), **kwargs)
-        client_kwargs = dict(client_kwargs or {})
-        if kwargs.get("secret") is not None:
-            client_kwargs.setdefault("secret", kwargs["secret"])
-        actor_class = ray.remote(_ClientActor)
-        for index, (first, size) in enumerate(split_evenly(len(env_fns), count)):
-            actor = actor_class.options(
-                num_cpus=num_cpus_per_client,
-                num_gpus=num_gpus_per_client,
-                resources=resources_per_client or {},
-                max_restarts=max_restarts,
-                max_task_retries=max_restarts,
-            ).remote()
-            self._actors.append(actor)
-            name = f"ray-{index}"
-            self._runs.append(actor.serve.remote(self.address, env_fns[first : first + size], name, client_kwargs))
-        logger.info("started %d Ray actors serving %d envs at %s", count, len(env_fns), self.address)
+        launcher = RayClients(
+            env_fns,
+            num_clients=num_clients,
+            num_cpus_per_client=num_cpus_per_client,
+            num_gpus_per_client=num_gpus_per_client,
+            resources_per_client=resources_per_client,
+            max_restarts=max_restarts,
+            client_kwargs=client_kwargs,
+            secret=kwargs["security"].secret if kwargs.get("security") is not None else kwargs.get("secret"),
+        )
+        super().__init__(num_envs=len(launcher.env_fns), bind=bind, launcher=launcher, **kwargs)
 
     @property
     def actors(self) -> list[Any]:
         """The clients' Ray actor handles, one per client share of ``env_fns``."""
-        return list(self._actors)
-
-    def close_extras(self, timeout: float = 5.0, **kwargs: Any) -> None:
-        """Close the server (the clients leave when told), then end the actors."""
-        try:
-            super().close_extras(timeout=timeout, **kwargs)
-        finally:
-            if self._runs:
-                deadline = time.monotonic() + timeout
-                for run in self._runs:  # their clients return once the server said CLOSE
-                    try:
-                        ray.get(run, timeout=max(0.1, deadline - time.monotonic()))
-                    except Exception as error:  # a client that failed or did not return: ended below
-                        logger.debug("a Ray client ended with %r", error)
-            for actor in self._actors:
-                ray.kill(actor, no_restart=True)
-            self._actors, self._runs = [], []
+        return list(self.launcher.actors)

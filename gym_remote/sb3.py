@@ -39,7 +39,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         " (install torch==2.13.0 or your own torch build first)"
     ) from error
 
-from gym_remote.protocol import HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY
+from gym_remote.protocol import WRAPPERS_QUERY
 from gym_remote.vector_env import RemoteVectorEnv
 
 __all__ = ["RemoteVecEnv"]
@@ -99,8 +99,8 @@ class RemoteVecEnv(VecEnv):
         seeds = None if all(seed is None for seed in self._seeds) else list(self._seeds)
         observations = None
         for options, group in _groups(self._options):  # envs with different options reset group by group
-            self.envs._reset_async_slots(group, seeds, options or NO_OPTIONS)  # as DummyVecEnv: no options, not {}
-            observations, infos = self.envs._reset_wait_per_env()
+            # as DummyVecEnv: without options, reset is called without the keyword (not with {})
+            observations, infos = self.envs.reset_slots(group, seed=seeds, options=options or None)
             for index in group:
                 self.reset_infos[index] = infos[index]
         if isinstance(self.observation_space, spaces.Dict):
@@ -113,7 +113,7 @@ class RemoteVecEnv(VecEnv):
         self.envs.step_async(self._batched(actions))
 
     def step_wait(self) -> VecEnvStepReturn:
-        observations, rewards, terminations, truncations, (infos, finals) = self.envs._step_wait_per_env()
+        observations, rewards, terminations, truncations, infos, finals = self.envs.step_wait_per_env()
         dones = terminations | truncations
         for index, final in enumerate(finals):
             if final is not None:  # the episode ended: its last info here, the reset's in reset_infos
@@ -132,7 +132,7 @@ class RemoteVecEnv(VecEnv):
 
     def has_attr(self, attr_name: str) -> bool:
         """Whether every env has ``attr_name`` (through wrappers), which is read, not called."""
-        return all(self.envs._query_slots(range(self.num_envs), attr_name, HAS_ATTR_QUERY))
+        return all(self.envs.has_attr_slots(range(self.num_envs), attr_name))
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         return self._call(indices, attr_name)
@@ -141,7 +141,7 @@ class RemoteVecEnv(VecEnv):
         slots = self._slots(indices)
         for positions in _rounds(slots):
             round_slots = [slots[position] for position in positions]
-            self.envs._set_attr_slots(round_slots, attr_name, [value] * len(round_slots), outermost=True)
+            self.envs.set_attr_slots(round_slots, attr_name, [value] * len(round_slots), outermost=True)
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
@@ -157,7 +157,7 @@ class RemoteVecEnv(VecEnv):
         slots = self._slots(indices)
         results: list[Any] = [None] * len(slots)
         for positions in _rounds(slots):
-            values = self.envs._call_slots([slots[p] for p in positions], name, *args, **kwargs)
+            values = self.envs.call_slots([slots[p] for p in positions], name, *args, **kwargs)
             for position, value in zip(positions, values, strict=True):
                 results[position] = value
         return results

@@ -41,6 +41,7 @@ __all__ = [
     "server_security",
     "client_security",
     "is_local_endpoint",
+    "check_endpoint",
     "read_secret_file",
 ]
 
@@ -256,6 +257,33 @@ def _is_key_text(source: KeySource) -> bool:
 # -- resolved configurations -----------------------------------------------------------------------
 
 
+DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
+"""Largest frame a peer may send by default (ZMQ_MAXMSGSIZE): 256 MiB; a peer sending more is cut off."""
+
+
+@dataclass(frozen=True)
+class SecurityOptions:
+    """Who may connect to a learner's server and what a client may do: ``RemoteVectorEnv``'s security
+    arguments in one object (``RemoteVectorEnv(..., security=SecurityOptions(secret=...))``); each
+    field means what the keyword argument of the same name means there.
+
+    Example:
+        >>> from gym_remote.security import SecurityOptions
+        >>> options = SecurityOptions(secret="correct horse battery staple", max_connections=32)
+        >>> options.insecure, options.allow_pickle
+        (False, None)
+    """
+
+    server_key: KeySource | None = None
+    authorized_keys: KeySource | Iterable[KeySource] | None = None
+    secret: str | bytes | None = None
+    insecure: bool = False
+    allow_pickle: bool | None = None
+    max_connections: int | None = None
+    handshake_rate: float = DEFAULT_HANDSHAKE_RATE
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+
 @dataclass
 class ServerSecurity:
     """What a server enforces: its CURVE key pair and the client keys it accepts."""
@@ -362,10 +390,55 @@ def is_local_endpoint(endpoint: str) -> bool:
         return False
 
 
+TRANSPORT_SCHEMES = ("tcp", "ipc", "inproc", "tipc", "vmci", "ws", "wss")
+"""The ZeroMQ transports a DEALER or ROUTER can use (``tcp``, ``ipc`` and ``inproc`` everywhere)."""
+
+
+def check_endpoint(endpoint: str, what: str, *, binding: bool = False) -> None:
+    """Check that ``endpoint`` is a ZeroMQ address (``tcp://HOST:PORT``, ``ipc://PATH``, ...) before using it.
+
+    ``what`` names it in the message (``"bind"``, ``"address"``); ``binding``: it is to be bound, where a
+    tcp port may be ``*`` (any free port).
+
+    Raises:
+        TypeError: ``endpoint`` is not a string.
+        ValueError: it has no transport scheme (``localhost:5555``), an unknown one, no address after the
+            scheme, or (tcp) no port.
+    """
+    if not isinstance(endpoint, str):
+        raise TypeError(f"{what} must be a string such as 'tcp://HOST:PORT', got {type(endpoint).__name__}")
+    scheme, separator, rest = endpoint.partition("://")
+    if not separator:
+        example = f"ipc://{endpoint}" if "/" in endpoint and ":" not in endpoint else f"tcp://{endpoint}"
+        raise ValueError(
+            f"{what}={endpoint!r} has no transport scheme: write tcp://HOST:PORT or ipc://PATH (e.g. {example!r})"
+        )
+    if scheme not in TRANSPORT_SCHEMES:
+        raise ValueError(
+            f"{what}={endpoint!r} has an unknown transport scheme {scheme + '://'!r}: use tcp://HOST:PORT or "
+            "ipc://PATH (or inproc://NAME within one process)"
+        )
+    if not rest:
+        raise ValueError(f"{what}={endpoint!r} has no address after {scheme}://")
+    if scheme == "tcp":
+        host, colon, port = rest.rpartition(":")
+        if not colon or not host or not ((port.isdigit() and int(port) <= 65535) or (binding and port == "*")):
+            ports = "PORT (up to 65535, or * for any free port)" if binding else "PORT (up to 65535)"
+            raise ValueError(f"{what}={endpoint!r} has no valid port: write tcp://HOST:{ports}")
+        if host == "*" and not binding:
+            raise ValueError(f"{what}={endpoint!r}: * is for binding; connect to the server's host name or address")
+
+
 # -- the gatekeeper --------------------------------------------------------------------------------
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 _CONNECTION_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+
+GATEKEEPER_POLL_MS = 200
+"""The gatekeeper thread's longest wait in ZeroMQ: it holds its sockets' lock no longer than this."""
+
+GATEKEEPER_CLOSE_SECONDS = 5.0
+"""How long :meth:`Gatekeeper.close` waits at most by default."""
 
 
 class Gatekeeper:
@@ -399,6 +472,10 @@ class Gatekeeper:
         self._buckets: dict[str, list[float]] = {}  # address -> [tokens, last refill]
         self._last_log: dict[str, float] = {}
         self._stopping = threading.Event()
+        # Held by whoever uses the sockets (the thread while it polls, receives or replies; close() to close
+        # them under a thread that is stuck elsewhere, in a key lookup say): never two threads in libzmq at once.
+        self._sockets_lock = threading.RLock()
+        self._sockets_closed = False
         self._monitor_address = f"inproc://gym-remote-gatekeeper-{id(self):x}"
         self._context = context
         self._zap = context.socket(zmq.REP)
@@ -434,8 +511,18 @@ class Gatekeeper:
         accepted = counts.pop("accepted", 0)
         return {"connections": connections, "handshakes_accepted": accepted, "handshakes_denied": counts}
 
-    def close(self, sock: zmq.Socket | None = None) -> None:
-        """Stop the thread and close its sockets (``sock``: the watched socket, whose monitor ends first)."""
+    def close(self, sock: zmq.Socket | None = None, timeout: float = GATEKEEPER_CLOSE_SECONDS) -> bool:
+        """Stop the thread and close its sockets, within about ``timeout`` seconds whatever the thread does
+        (``sock``: the watched socket, whose monitor ends first).
+
+        A thread that does not stop in time (stuck in a key lookup, say) has its sockets closed under it,
+        so that ``context.term()`` cannot wait for them; it ends when it gets back to them.
+
+        Returns:
+            True once the gatekeeper's sockets are closed; False (logged) if they could not be, in which
+            case terminate the context with :func:`gym_remote.transport.terminate`, which is bounded.
+        """
+        deadline = time.monotonic() + timeout
         if sock is not None and not sock.closed:
             try:
                 sock.disable_monitor()
@@ -443,21 +530,47 @@ class Gatekeeper:
                 pass
         self._stopping.set()
         if self._thread.is_alive():
-            waker = self._context.socket(zmq.PAIR)
-            waker.connect(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
-            try:
-                waker.send(b"", zmq.NOBLOCK)
-            except zmq.ZMQError:  # the thread saw the stop flag and closed its end already
-                pass
-            waker.close(linger=100)
-            self._thread.join(5.0)
-        if not self._thread.is_alive():  # else it still owns the sockets; context.term() would hang on them
+            self._wake_thread()
+            self._thread.join(timeout / 2)  # the other half: for its sockets' lock if it is stuck
+        if not self._thread.is_alive():
             self._close_sockets()
+            return True
+        if not self._sockets_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            logger.error(
+                "the gatekeeper thread did not stop within %g s and holds its sockets; they stay open, and "
+                "context.term() would wait for them (gym_remote.transport.terminate does not)",
+                timeout,
+            )
+            return False
+        try:
+            self._close_sockets()
+        finally:
+            self._sockets_lock.release()
+        logger.warning(
+            "the gatekeeper thread did not stop within %g s; its sockets were closed under it (it ends when it "
+            "gets back to them)",
+            timeout / 2,
+        )
+        return True
+
+    def _wake_thread(self) -> None:
+        try:
+            waker = self._context.socket(zmq.PAIR)
+        except zmq.ZMQError:  # the context is closed already: the thread's polls fail and it ends
+            return
+        waker.connect(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
+        try:
+            waker.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:  # the thread saw the stop flag and closed its end already
+            pass
+        waker.close(linger=100)
 
     def _close_sockets(self) -> None:
-        for owned in (self._zap, self._monitor, self._wake):
-            if owned is not None:
-                owned.close(linger=0)
+        with self._sockets_lock:
+            self._sockets_closed = True
+            for owned in (self._zap, self._monitor, self._wake):
+                if owned is not None:
+                    owned.close(linger=0)
 
     # -- the thread --------------------------------------------------------------------------------
 
@@ -469,12 +582,20 @@ class Gatekeeper:
             poller.register(self._monitor, zmq.POLLIN)
         try:
             while not self._stopping.is_set():
-                ready = dict(poller.poll(1000))
-                if self._monitor in ready:  # connection events first: a handshake's own connection is counted
-                    self._read_connection_events()
-                if self._zap in ready:
+                with self._sockets_lock:
+                    if self._sockets_closed:  # by close(), while this thread was answering
+                        return
+                    ready = dict(poller.poll(GATEKEEPER_POLL_MS))
+                    if self._monitor in ready:  # connection events first: a handshake's own connection is counted
+                        self._read_connection_events()
+                    if self._zap not in ready:
+                        continue
                     request = self._zap.recv_multipart()
-                    self._zap.send_multipart(self._answer(request))
+                reply = self._answer(request)  # without the lock: a lookup may rescan a slow key directory
+                with self._sockets_lock:
+                    if self._sockets_closed:
+                        return
+                    self._zap.send_multipart(reply)
         except zmq.ZMQError as error:  # the context is being terminated
             if not self._stopping.is_set():
                 logger.error("the gatekeeper stopped: %s", error)

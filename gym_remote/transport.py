@@ -6,6 +6,8 @@ These sit on the step path, so they avoid pyzmq's conveniences that cost microse
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +16,18 @@ import zmq
 
 from gym_remote.errors import ProtocolError
 
-__all__ = ["send_frames", "recv_into", "recv_rest", "drain", "set_heartbeats", "ZERO_COPY_BYTES", "MAX_FRAMES"]
+__all__ = [
+    "send_frames",
+    "recv_into",
+    "recv_rest",
+    "drain",
+    "set_heartbeats",
+    "terminate",
+    "ZERO_COPY_BYTES",
+    "MAX_FRAMES",
+]
+
+logger = logging.getLogger(__name__)
 
 SNDMORE = int(zmq.SNDMORE)
 RCVMORE = int(zmq.RCVMORE)
@@ -91,3 +104,40 @@ def set_heartbeats(sock: zmq.Socket, liveness_timeout: float) -> None:
     sock.setsockopt(zmq.HEARTBEAT_IVL, min(HEARTBEAT_INTERVAL_MS, max(1, timeout_ms // 4)))
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout_ms)
     sock.setsockopt(zmq.HEARTBEAT_TTL, timeout_ms)
+
+
+TERMINATE_SECONDS = 5.0
+"""How long :func:`terminate` waits by default for a context's sockets to close."""
+
+
+def terminate(context: zmq.Context, timeout: float = TERMINATE_SECONDS) -> bool:
+    """``context.term()``, waiting at most ``timeout`` seconds.
+
+    ``term()`` waits for every socket of the context to be closed (and its linger to pass); one left open
+    (by a thread that is stuck) would make it wait forever. Here it goes on in a daemon thread, which
+    finishes if that socket closes later.
+
+    Returns:
+        True if the context is terminated; False (with a warning) if it was still waiting after ``timeout``.
+    """
+    errors: list[zmq.ZMQError] = []
+
+    def term() -> None:
+        try:
+            context.term()
+        except zmq.ZMQError as error:  # EINTR: a signal; nothing else is left to do with the context
+            errors.append(error)
+
+    thread = threading.Thread(target=term, name="gym_remote-context-term", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        logger.warning(
+            "the ZeroMQ context did not terminate within %g s: a socket of it is still open; leaving it to "
+            "terminate in the background",
+            timeout,
+        )
+        return False
+    if errors:
+        logger.warning("terminating the ZeroMQ context failed: %s", errors[0])
+    return True

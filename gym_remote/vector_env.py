@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -21,21 +19,24 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
 from gym_remote import codec, commands, protocol
 from gym_remote.batch import ResultBatch
-from gym_remote.errors import ClientLostError, ProtocolError, RemoteEnvError, RemoteTimeoutError, remote_env_error
-from gym_remote.launch import LocalClients
-from gym_remote.partial import PartialBatches
-from gym_remote.protocol import Kind
+from gym_remote.episodes import Episodes
+from gym_remote.errors import ClientLostError, ProtocolError, RemoteTimeoutError
+from gym_remote.launch import Launcher, LocalClients
+from gym_remote.partial import PartialBatches, format_outstanding
+from gym_remote.protocol import HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY, Kind
 from gym_remote.security import (
     DEFAULT_HANDSHAKE_RATE,
     AuthorizedKeys,
     ClientSecurity,
     KeyPair,
     KeySource,
+    SecurityOptions,
     ServerSecurity,
+    check_endpoint,
     is_local_endpoint,
     server_security,
 )
-from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, ClientInfo, Exchange, SlotServer, default_spin
+from gym_remote.server import DEFAULT_MAX_MESSAGE_BYTES, ClientInfo, Exchange, Joined, SlotServer, default_spin
 
 __all__ = ["RemoteVectorEnv"]
 
@@ -112,6 +113,11 @@ class RemoteVectorEnv(VectorEnv):
             ``infos["final_info"]``, an object array of per-env info dicts (None elsewhere), and its
             last observation as ``infos["final_observation"]``; every info key is batched without
             descending into dicts, as Gymnasium 0.29 did. New code should keep the default.
+        security: the security arguments above in one :class:`~gym_remote.security.SecurityOptions`
+            (``server_key`` … ``max_message_bytes``), instead of as keyword arguments; kept as :attr:`security`.
+        launcher: starts clients for the server form (``num_envs=``), e.g.
+            :class:`gym_remote.ray.RayClients`; it implements :class:`~gym_remote.launch.Launcher`
+            (``env_fns`` use :class:`~gym_remote.launch.LocalClients`).
 
     Example:
         >>> import gymnasium as gym
@@ -165,10 +171,26 @@ class RemoteVectorEnv(VectorEnv):
         batch_size: int | None = None,
         spin: float | None = None,
         final_info_format: str = "gymnasium",
+        launcher: Launcher | None = None,
+        security: SecurityOptions | None = None,
     ) -> None:
         super().__init__()
-        self._workdir: str | None = None
-        self._local: LocalClients | None = None
+        given = SecurityOptions(
+            server_key=server_key,
+            authorized_keys=authorized_keys,
+            secret=secret,
+            insecure=insecure,
+            allow_pickle=allow_pickle,
+            max_connections=max_connections,
+            handshake_rate=handshake_rate,
+            max_message_bytes=max_message_bytes,
+        )
+        if security is not None and given != SecurityOptions():
+            raise ValueError(
+                "give the security options as security=SecurityOptions(...) or as keyword arguments, not both"
+            )
+        self.security = security if security is not None else given
+        self._launcher: Launcher | None = None
         self._server: SlotServer | None = None
         self.copy = copy
         self.autoreset_mode = (
@@ -224,144 +246,101 @@ class RemoteVectorEnv(VectorEnv):
         self._action_space: gym.Space | None = None
         self._batch: ResultBatch | None = None  # the batch results land in (once the spaces are known)
         self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
-        self._started = False  # the first reset() happened: a lost client now ends an episode
-        self._lost_unreported: dict[int, str] = {}  # slots whose client was lost, to report in the next step
-        self._local_served: dict[int, bool] = {}  # launch index -> whether its last process served a step
+        self._episodes = Episodes(self.num_envs, self.autoreset_mode)
+        self._metadata_known = observation_space is not None  # else the first client's metadata is taken
         # step_async / reset_async: the call whose results step_wait / reset_wait collects
         self._waiting_for: str | None = None  # "step" or "reset"
         self._step_call: Exchange | None = None
         self._reset_call: _ResetCall | None = None
-        self._partial: PartialBatches | None = None  # send / recv
+        self._partial: PartialBatches | None = None  # send / recv (once the spaces are known)
         self._finalizer: weakref.finalize | None = None  # closes what a vector env dropped unclosed leaves
 
         try:
             if env_fns is not None:
-                self._workdir = tempfile.mkdtemp(prefix="gym-remote-")
+                if launcher is not None:
+                    raise ValueError("give env_fns (local client processes) or a launcher, not both")
                 count = num_clients if num_clients is not None else min(os.cpu_count() or 1, len(env_fns))
                 if not 1 <= count <= len(env_fns):
                     raise ValueError(f"num_clients must be between 1 and len(env_fns)={len(env_fns)}, got {count}")
-                self._local = LocalClients(
+                launcher = LocalClients(
                     env_fns,
                     count,
-                    self._workdir,
                     connect_timeout=connect_timeout,
                     liveness_timeout=liveness_timeout,
                     max_restarts=max_restarts,
                 )
-                if bind is None:
-                    bind = f"ipc://{self._workdir}/server" if os.name == "posix" else "tcp://127.0.0.1:*"
+            self._launcher = launcher
             if spin is None:  # a spinning learner would take a core the local clients need
-                local = len(self._local.slots) if self._local is not None else 0
-                spin = default_spin(local)
+                spin = default_spin(launcher.local_processes if launcher is not None else 0)
             self.spin = spin
-            bind = bind or "tcp://127.0.0.1:*"
-            security, local_security = _security(bind, server_key, authorized_keys, secret, insecure, self._local)
+            bind = bind or (launcher.default_bind if launcher is not None else None) or "tcp://127.0.0.1:*"
+            launched = launcher is not None and bool(launcher.launches)
+            options = self.security
+            server_security, local_security = _security(
+                bind, options.server_key, options.authorized_keys, options.secret, options.insecure, launched
+            )
             self._server = SlotServer(
                 bind,
                 self.num_envs,
                 observation_mode=observation_mode,
                 vector_class=type(self).__name__,
                 autoreset_mode=self.autoreset_mode,
-                allow_pickle=allow_pickle,
-                launches=self._local.slots if self._local is not None else (),
+                allow_pickle=options.allow_pickle,
+                launcher=launcher,
                 liveness_timeout=liveness_timeout,
-                max_message_bytes=max_message_bytes,
+                max_message_bytes=options.max_message_bytes,
                 name=name,
-                security=security,
-                max_connections=max_connections,
-                handshake_rate=handshake_rate,
+                security=server_security,
+                max_connections=options.max_connections,
+                handshake_rate=options.handshake_rate,
                 spin=spin,
             )
-            self._partial = PartialBatches(self._server, self.autoreset_mode, self._lost_unreported)
-            # weakly: a vector env dropped without close() is finalized at once, not by the cycle collector
-            self._server.on_first_spaces = _weak(self._adopt_first_client)
-            self._server.on_join = _weak(self._on_join)
-            self._server.on_lost = _weak(self._on_lost)
             if observation_space is not None:
                 self._set_spaces(observation_space, action_space)
-            if self._local is not None:
-                self._start_local_clients(allow_pickle, local_security)
+            if launcher is not None:
+                self._start_launcher(options.allow_pickle, local_security)
         except BaseException:
             self.close(timeout=0.5)  # the local clients need not finish their handshakes first
             raise
-        self._finalizer = weakref.finalize(self, _release, self._server, self._local, self._workdir)
+        self._finalizer = weakref.finalize(self, _release, self._server, self._launcher)
 
     # -- construction ------------------------------------------------------------------------------
 
-    def _start_local_clients(self, allow_pickle: bool | None, security: ClientSecurity | None) -> None:
-        server, local = self._server, self._local
-        local.start(server.address, allow_pickle=allow_pickle is not False, security=security)
-        server.watchdog = _weak(self._supervise)
-        server.wait_for_slots(self.connect_timeout, what="the local clients")
-        first = server.slots[0]
-        self._set_spaces(first.observation_spaces[0], first.action_spaces[0])
-        self._adopt_first_client(first)
+    def _start_launcher(self, allow_pickle: bool | None, security: ClientSecurity | None) -> None:
+        """Start the launcher's clients; wait for those it launches with reserved slots (slot 0 brings the spaces)."""
+        server, launcher = self._server, self._launcher
+        launcher.start(server.address, allow_pickle=allow_pickle is not False, security=security)
+        reserved = [
+            slot for launch in launcher.launches for slot in range(launch.first_slot, launch.first_slot + launch.count)
+        ]
+        if not reserved:
+            return
+        what = "the local clients" if isinstance(launcher, LocalClients) else "the launched clients"
+        server.wait_for_slots(self.connect_timeout, reserved, what=what)
+        first = server.members.slots[0]
+        if first is not None and self._single_observation_space is None:
+            self._set_spaces(first.observation_spaces[0], first.action_spaces[0])
+        self._drain_events()
+
+    def _drain_events(self) -> None:
+        """Take in what the server saw happen during its last wait: joins and losses of clients."""
+        for event in self._server.take_events():
+            client = event.client
+            if isinstance(event, Joined):
+                if not self._metadata_known:  # the client that brought the spaces
+                    self._adopt_first_client(client)
+            else:  # Lost: its episodes end (reported by the next step) and its slots wait for a new client
+                self._episodes.client_lost(client.slots, event.reason)
+                if self._partial is not None:
+                    self._partial.client_lost(client.slots)
 
     def _adopt_first_client(self, client: ClientInfo) -> None:
         """Take metadata, render mode and (when not given) the spaces from a client's first env."""
+        self._metadata_known = True
         self.metadata = {**client.metadata, "autoreset_mode": self.autoreset_mode}
         self.render_mode = client.render_mode
         if self._single_observation_space is None:
             self._set_spaces(client.observation_spaces[0], client.action_spaces[0])
-
-    def _on_join(self, client: ClientInfo) -> None:
-        if client.launch_index is not None:
-            self._server.launch_failures.pop(client.launch_index, None)
-        self._partial.joined = True
-
-    def _on_lost(self, client: ClientInfo, reason: str) -> None:
-        """A client is gone: its episodes end (reported by the next step) and its slots wait for a new client."""
-        if self._started:
-            for slot in client.slots:
-                self._lost_unreported[slot] = reason
-            self._server.quarantine(client.slots)  # no replacement before the loss is reported
-            self._partial.on_lost(client)  # partial batches: results in flight report the loss
-        if client.launch_index is not None and self._local is not None:
-            self._local_served[client.launch_index] = client.steps > 0
-            self._local.kill(client.launch_index)  # it is restarted once its process has ended
-
-    def _supervise(self) -> None:
-        """The watchdog of local clients: notice dead processes, restart them after a backoff, or give up."""
-        local, server = self._local, self._server
-        # Envs that cannot be made, or do not fit the vector's spaces, would fail the same way again.
-        for index, report in server.launch_failures.items():
-            raise self._local_envs_failed(index, report)
-        for index, refusal in server.launch_refusals.items():
-            if refusal.code == "spaces":  # what SyncVectorEnv raises for these envs
-                raise refusal.error(str(refusal))
-            raise RuntimeError(f"local client {index} was refused: {refusal}")
-        for index, code in local.poll_exits():
-            member = next((client for client in server.clients.values() if client.launch_index == index), None)
-            if member is not None:
-                server.lose(member, f"its process exited with code {code}", tell=False)
-            delay = local.schedule_restart(index, served=self._local_served.pop(index, False))
-            if delay is None:
-                raise self._local_client_failed(index, code)
-            logger.warning("local client %d exited with code %d; restarting it in %.1f s", index, code, delay)
-        local.start_due()
-
-    def _local_client_failed(self, index: int, code: int) -> Exception:
-        launch = self._local.slots[index]
-        return ClientLostError(
-            f"local client {index} (env_fns[{launch.first_slot}:{launch.first_slot + launch.count}]) failed "
-            f"{self._local.failures[index]} times in a row (last exit code {code}); it is not restarted again"
-        )
-
-    def _local_envs_failed(self, index: int, report: dict[str, Any]) -> RemoteEnvError:
-        """The error of a local client whose env function raised: of the type it raised, naming the env."""
-        launch = self._local.slots[index]
-        position = report.get("index")
-        if type(position) is int and 0 <= position < launch.count:
-            slot = launch.first_slot + position
-            where = f"env_fns[{slot}]"
-        else:
-            slot, where = None, f"the env functions env_fns[{launch.first_slot}:{launch.first_slot + launch.count}]"
-        return remote_env_error(
-            f"{where} raised while making its env, in local client {index}: {report.get('type')}: "
-            f"{report.get('message')}",
-            report,
-            slot,
-        )
 
     def _set_spaces(self, single_observation_space: gym.Space, single_action_space: gym.Space) -> None:
         self._single_action_space = single_action_space
@@ -374,10 +353,11 @@ class RemoteVectorEnv(VectorEnv):
             self._observation_space = (
                 batch_space(single_observation_space, self.num_envs) if self.observation_mode == "same" else None
             )
-        self._server.set_spaces(self._single_observation_space, single_action_space)
-        self._batch = self._partial.batch = ResultBatch(
+        self._server.members.set_spaces(self._single_observation_space, single_action_space)
+        self._batch = ResultBatch(
             self._single_observation_space, self.num_envs, legacy_infos=self.final_info_format == "legacy"
         )
+        self._partial = PartialBatches(self._server, self._episodes, self._batch)
         self._server.set_observation_buffers(self._batch.leaves)
         self._action_leaf_spaces = codec.array_leaf_spaces(single_action_space)
 
@@ -385,6 +365,7 @@ class RemoteVectorEnv(VectorEnv):
         if self._single_observation_space is None:
             self._check_open()
             self._server.wait_for_first_client(self.connect_timeout)
+            self._drain_events()
 
     # -- spaces (known once the first client joins, unless given) ----------------------------------
 
@@ -402,8 +383,9 @@ class RemoteVectorEnv(VectorEnv):
         self._ensure_spaces()
         if self._observation_space is None:  # observation_mode="different" needs every slot's space
             self._server.wait_for_slots(self.connect_timeout, what="all slots (observation_mode='different')")
+            self._drain_events()
             self._observation_space = batch_differing_spaces(
-                [self._server.observation_space_of(slot) for slot in range(self.num_envs)]
+                [self._server.members.observation_space_of(slot) for slot in range(self.num_envs)]
             )
         return self._observation_space
 
@@ -435,9 +417,15 @@ class RemoteVectorEnv(VectorEnv):
         return self._server.address
 
     @property
+    def launcher(self) -> Launcher | None:
+        """What starts this vector env's own clients (:class:`~gym_remote.launch.LocalClients` with
+        ``env_fns``), or None."""
+        return self._launcher
+
+    @property
     def num_clients(self) -> int:
         """How many clients are connected now."""
-        return len(self._server.clients)
+        return len(self._server.members.clients)
 
     def stats(self) -> list[dict[str, Any]]:
         """Who serves each slot, and how well: one dict per slot.
@@ -454,11 +442,12 @@ class RemoteVectorEnv(VectorEnv):
         """
         self._check_open()
         rows = self._server.stats()
+        local = self._launcher if isinstance(self._launcher, LocalClients) else None
         for row in rows:
-            client = self._server.slots[row["slot"]]
+            client = self._server.members.slots[row["slot"]]
             if client is not None:
                 index = client.launch_index
-                row["restarts"] = self._local.restarts[index] if index is not None and self._local else 0
+                row["restarts"] = local.restarts[index] if index is not None and local is not None else 0
         return rows
 
     def server_stats(self) -> dict[str, Any]:
@@ -513,7 +502,7 @@ class RemoteVectorEnv(VectorEnv):
         self._reset_async_slots(slots, seed, options)
 
     def _reset_async_slots(self, slots: list[int], seed: int | list[int | None] | None, options: Any) -> None:
-        """:meth:`reset_async` for ``slots``, each given ``options`` as they are (also None)."""
+        """:meth:`reset_async` for ``slots``, each given ``options`` as they are (NO_OPTIONS: none at all)."""
         self._check_idle("reset_async")
         seed = self._seeds(seed)
         self._ensure_spaces()
@@ -536,8 +525,22 @@ class RemoteVectorEnv(VectorEnv):
         self._collect_reset(timeout)
         return self._batch.observations_out(self.copy), self._batch.infos()
 
-    def _reset_wait_per_env(self, timeout: float | None = None) -> tuple[Any, list[dict]]:
-        """:meth:`reset_wait` with a list of each slot's info instead of batched infos."""
+    def reset_slots(
+        self,
+        slots: Iterable[int],
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """Reset the sub-envs of ``slots`` only, each with ``options`` (None: ``reset`` is called without
+        the keyword, as Stable-Baselines3 calls it); ``seed`` as in :meth:`reset`, for all slots.
+
+        Returns every slot's observation (the batch) and a list of each slot's reset info (``{}`` for
+        the slots not reset): per env, not batched.
+        """
+        slots = _slot_numbers(list(slots), self.num_envs, "slots").tolist()
+        self._reset_async_slots(slots, seed, NO_OPTIONS if options is None else options)
         self._collect_reset(timeout)
         return self._batch.observations_out(self.copy), self._batch.per_env_infos()[0]
 
@@ -581,13 +584,9 @@ class RemoteVectorEnv(VectorEnv):
             actions, self.num_envs, self._single_action_space, self._action_leaf_spaces, self._action_space
         )(commands.whole)
         self._batch.clear_infos()
-        stepped = self._wait_for_clients(lambda: [s for s in range(self.num_envs) if s not in self._lost_unreported])
+        stepped = self._wait_for_clients(self._episodes.still_running)
         self._step_call = self._server.start(
-            self._server.clients_of(stepped),
-            build,
-            lambda client, header, frame: self._batch.read_result(self._server, client, header, frame, "step"),
-            reply_kind=Kind.RESULT,
-            what="step",
+            self._server.members.clients_of(stepped), build, self._batch.landing(), reply_kind=Kind.RESULT, what="step"
         )
         self._waiting_for = "step"
 
@@ -606,19 +605,26 @@ class RemoteVectorEnv(VectorEnv):
         self._collect_step(timeout)
         return self._batch.step_results(self.copy)
 
-    def _step_wait_per_env(
+    def step_wait_per_env(
         self, timeout: float | None = None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, tuple[list[dict], list[tuple[Any, dict] | None]]]:
-        """:meth:`step_wait` with, instead of batched infos, a list of each slot's info and a list of
-        each slot's ``(final_obs, final_info)`` (SAME_STEP mode) or None."""
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], list[tuple[Any, dict] | None]]:
+        """:meth:`step_wait` with per-env infos instead of batched ones: ``(obs, rewards, terminations,
+        truncations, infos, finals)``, where ``infos[i]`` is slot ``i``'s info and ``finals[i]`` its
+        ``(final_obs, final_info)`` when its episode ended in this step (SAME_STEP mode), else None."""
         self._collect_step(timeout)
-        return self._batch.step_results(self.copy, per_env=True)
+        observations, rewards, terminations, truncations, (infos, finals) = self._batch.step_results(
+            self.copy, per_env=True
+        )
+        return observations, rewards, terminations, truncations, infos, finals
 
     def _collect_step(self, timeout: float | None) -> None:
         self._check_waiting("step", "step_wait", "step_async")
         exchange, self._step_call, self._waiting_for = self._step_call, None, None
         timeout = self.timeout if timeout is None else timeout
-        self._server.finish(exchange, time.monotonic() + timeout, timeout)
+        try:
+            self._server.finish(exchange, time.monotonic() + timeout, timeout)
+        finally:
+            self._drain_events()
         self._report_lost_slots()
         batch = self._batch
         batch.gather()
@@ -640,14 +646,14 @@ class RemoteVectorEnv(VectorEnv):
         seed = self._seeds(seed)
         if options is not None and "reset_mask" in options:
             raise ValueError("async_reset() resets every slot; options['reset_mask'] is for reset()")
-        outstanding = self._partial.outstanding()
+        self._ensure_spaces()
+        outstanding = self._partial.table.outstanding()
         if outstanding:
             raise AlreadyPendingCallError(
                 f"Calling `async_reset` while slots {protocol.format_slots(outstanding)} still have results "
                 "coming: recv() them first",
                 "recv",
             )
-        self._ensure_spaces()
         batch = self._batch
         batch.clear_infos()
         batch.terminations[:] = False
@@ -670,12 +676,12 @@ class RemoteVectorEnv(VectorEnv):
             ResetNeeded: no reset started the episodes yet (call :meth:`async_reset`).
         """
         self._check_partial("send")
-        if not self._started:
+        if not self._episodes.started:
             raise ResetNeeded("Calling `send` before the slots were reset: call async_reset() (or reset()) first")
         ids = _slot_numbers(env_id, self.num_envs, "env_id")
         if not ids.size:
             raise ValueError("env_id is empty: send() needs at least one slot")
-        busy = ids[self._partial.busy[ids]]
+        busy = ids[self._partial.table.busy[ids]]
         if len(busy):
             raise ValueError(
                 f"send(): slots {protocol.format_slots(sorted(busy.tolist()))} already have an action in flight or a "
@@ -684,6 +690,7 @@ class RemoteVectorEnv(VectorEnv):
         count, space = len(ids), self._single_action_space
         batched = self._action_space if count == self.num_envs else self._action_batches[count]
         messages = commands.step(actions, count, space, self._action_leaf_spaces, batched)
+        self._drain_events()
         self._partial.send(ids.tolist(), messages, lambda: list(iterate(batched, actions)))
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -696,8 +703,10 @@ class RemoteVectorEnv(VectorEnv):
         (a smaller batch: how a loop collects its last results).
 
         Args:
-            timeout: seconds to wait (default: ``timeout`` of the constructor). On a timeout the slots
-                still working stay in flight: a later ``recv`` returns their results.
+            timeout: seconds to wait (default: ``timeout`` of the constructor). On a timeout (or an
+                interrupt, e.g. Ctrl-C) the slots still working stay in flight: a later ``recv`` returns
+                their results; a result cut short mid-message by an interrupt is lost, and its slot
+                takes actions again.
 
         Raises:
             NoAsyncCallError: no slot has an action in flight or a result waiting.
@@ -705,12 +714,31 @@ class RemoteVectorEnv(VectorEnv):
             RemoteTimeoutError: fewer than ``batch_size`` results came in time.
         """
         self._check_partial("recv")
-        outstanding = int(np.count_nonzero(self._partial.busy))
+        partial = self._partial
+        outstanding = int(np.count_nonzero(partial.table.busy)) if partial is not None else 0
         if not outstanding:
             raise NoAsyncCallError(
                 "Calling `recv` with no slot in flight: send() actions (or async_reset()) first", "send"
             )
-        return self._partial.recv(min(self.batch_size, outstanding), self.timeout if timeout is None else timeout)
+        size = min(self.batch_size, outstanding)
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        server = self._server
+        while True:
+            self._drain_events()
+            partial.dispatch_parked()
+            error = partial.collect()
+            if error is not None:
+                raise error
+            if len(partial.table.ready) >= size:
+                return partial.take(size)
+            if time.monotonic() > deadline:
+                raise RemoteTimeoutError(
+                    f"recv() timed out after {timeout:g} s: {len(partial.table.ready)} of the {size} results it "
+                    f"waits for arrived; {format_outstanding(partial.table)} (they stay in flight: a later recv() "
+                    "returns them)"
+                )
+            server.wait(lambda: partial.has_news(size) or server.has_events, deadline)
 
     def render(self) -> tuple[Any, ...]:
         """The sub-envs' rendered frames, one per slot."""
@@ -718,7 +746,7 @@ class RemoteVectorEnv(VectorEnv):
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` on every sub-env (reached through wrappers) or read it if not callable; one result per slot."""
-        return self._call_slots(range(self.num_envs), name, *args, **kwargs)
+        return self.call_slots(range(self.num_envs), name, *args, **kwargs)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """The attribute ``name`` of every sub-env (reached through wrappers), one per slot."""
@@ -726,23 +754,27 @@ class RemoteVectorEnv(VectorEnv):
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set ``name`` on every sub-env: one value per slot, or one value for all (as ``SyncVectorEnv``)."""
-        self._set_attr_slots(range(self.num_envs), name, values)
+        self.set_attr_slots(range(self.num_envs), name, values)
 
-    def _call_slots(self, slots: Iterable[int], name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    def call_slots(self, slots: Iterable[int], name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """:meth:`call` on the sub-envs of ``slots`` only (distinct); one result per slot, in that order."""
         command = {"name": name, "args": list(args), "kwargs": kwargs}
         return self._call_command(slots, command, f"call({name!r})")
 
-    def _query_slots(self, slots: Iterable[int], name: str, query: str) -> tuple[Any, ...]:
-        """Ask the sub-envs of ``slots`` the CALL ``query`` about ``name`` (PROTOCOL.md §5.3, e.g.
-        :data:`~gym_remote.protocol.HAS_ATTR_QUERY`), which calls nothing; one answer per slot."""
-        return self._call_command(slots, {"name": name, "query": query}, f"{query}({name!r})")
+    def has_attr_slots(self, slots: Iterable[int], name: str) -> tuple[bool, ...]:
+        """Whether each sub-env of ``slots`` has the attribute ``name`` (through wrappers); nothing is called."""
+        return self._call_command(slots, {"name": name, "query": HAS_ATTR_QUERY}, f"has_attr({name!r})")
+
+    def wrapper_names(self, slots: Iterable[int] | None = None) -> tuple[list[str], ...]:
+        """Each sub-env's wrapper classes (of ``slots``, default all), outermost first, as
+        ``"module.QualifiedName"`` strings (classes do not travel)."""
+        return self.call_slots(range(self.num_envs) if slots is None else slots, WRAPPERS_QUERY)
 
     def _call_command(self, slots: Iterable[int], command: dict[str, Any], what: str) -> tuple[Any, ...]:
         self._check_no_call("call")
         return self._call_clients(Kind.CALL, lambda plan: command, what, slots)
 
-    def _set_attr_slots(self, slots: Iterable[int], name: str, values: Any, outermost: bool = False) -> None:
+    def set_attr_slots(self, slots: Iterable[int], name: str, values: Any, *, outermost: bool = False) -> None:
         """:meth:`set_attr` on the sub-envs of ``slots`` only (distinct): one value per slot, or one for all.
 
         ``outermost``: set it on each env's outermost wrapper (``setattr``, as SB3's ``DummyVecEnv``), not
@@ -781,7 +813,7 @@ class RemoteVectorEnv(VectorEnv):
             self._waiting_for = self._step_call = self._reset_call = None
         if self._finalizer is not None:
             self._finalizer.detach()
-        _release(self._server, self._local, self._workdir, timeout)
+        _release(self._server, self._launcher, timeout)
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -801,11 +833,11 @@ class RemoteVectorEnv(VectorEnv):
     def _check_idle(self, name: str) -> None:
         """Refuse a lock-step call while any call, lock-step or partial, has results outstanding."""
         self._check_no_call(name)
-        if self._partial.busy.any():
-            slots = protocol.format_slots(np.flatnonzero(self._partial.busy).tolist())
+        if self._partial is not None and self._partial.table.any_busy():
             raise AlreadyPendingCallError(
-                f"Calling `{name}` while partial batches are under way: slots {slots} have results that recv() "
-                "has not returned yet; recv() them first",
+                f"Calling `{name}` while partial batches are under way: slots "
+                f"{protocol.format_slots(np.flatnonzero(self._partial.table.busy).tolist())} have results that "
+                "recv() has not returned yet; recv() them first",
                 "recv",
             )
 
@@ -833,10 +865,10 @@ class RemoteVectorEnv(VectorEnv):
         return seed
 
     def _start_episodes(self) -> None:
-        self._started = True
+        self._episodes.start()
         # From now on a replacement client's envs start as if their episode had ended, so that in
         # NEXT_STEP mode their first step is the autoreset step that delivers their reset observation.
-        self._server.reset_first = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        self._server.members.start_episodes(reset_first=self.autoreset_mode is AutoresetMode.NEXT_STEP)
 
     def _wait_for_clients(
         self,
@@ -853,9 +885,10 @@ class RemoteVectorEnv(VectorEnv):
         start = time.monotonic()
         end = start + self.connect_timeout if deadline is None else min(deadline, start + self.connect_timeout)
         while True:
+            self._drain_events()
             self._free_for_reset(resetting, drop_reports)
             slots = slots_needed()
-            empty = self._server.empty_slots(slots)
+            empty = self._server.members.empty_slots(slots)
             if not empty:
                 return slots
             if time.monotonic() > end:
@@ -870,45 +903,54 @@ class RemoteVectorEnv(VectorEnv):
         ``drop_reports``: losses in these slots need no report any more (a new episode starts there).
         """
         call = _ResetCall(list(slots), set(slots), seed, options, what, drop_reports)
+        self._drain_events()
         self._free_for_reset(call.remaining, drop_reports)
         self._send_resets(call)
         return call
 
     def _send_resets(self, call: _ResetCall) -> None:
-        served = [slot for slot in sorted(call.remaining) if self._server.slots[slot] is not None]
+        owners = self._server.members.slots
+        served = [slot for slot in sorted(call.remaining) if owners[slot] is not None]
         if not served:
             return
-        plans = commands.plans_for(self._server.slots, served)
-
-        def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
-            plan = plans[client.identity]
-            self._batch.read_result(self._server, client, header, frame, call.what, plan)
-            call.remaining.difference_update(plan.slots)
-
-        build = commands.reset(call.seed, call.options, commands.lookup(plans))
+        plans = commands.plans_for(owners, served)
+        plan_of = commands.lookup(plans)
+        build = commands.reset(call.seed, call.options, plan_of)
         call.exchange = self._server.start(
-            self._server.clients_of(served), build, on_reply, reply_kind=Kind.RESULT, what=call.what
+            self._server.members.clients_of(served),
+            build,
+            self._batch.landing(plan_of, call.landed),
+            reply_kind=Kind.RESULT,
+            what=call.what,
         )
 
     def _finish_reset(self, call: _ResetCall, timeout: float | None = None) -> None:
         """Wait for the resets of ``call``: for clients to serve its slots, again where a client is lost meanwhile."""
         total = self.connect_timeout + self.timeout if timeout is None else timeout
         deadline = time.monotonic() + total
-        while True:
-            if call.exchange is not None:  # each round waits at most `timeout` (or what is left of the given one)
-                left = max(0.0, deadline - time.monotonic())
-                round_timeout = min(self.timeout, left) if timeout is None else left
-                exchange, call.exchange = call.exchange, None
-                self._server.finish(exchange, time.monotonic() + round_timeout, round_timeout)
-            if not call.remaining:
-                return
-            if time.monotonic() > deadline:  # clients keep getting lost before they answer
-                raise RemoteTimeoutError(
-                    f"{call.what}: slots {protocol.format_slots(sorted(call.remaining))} were not reset within "
-                    f"{total:g} s: they lost their clients, or had none; see the log for why"
-                )
-            self._wait_for_clients(lambda: sorted(call.remaining), call.remaining, call.drop_reports, deadline)
-            self._send_resets(call)
+        try:
+            while True:
+                if call.exchange is not None:  # each round waits at most `timeout` (or what is left of the given one)
+                    left = max(0.0, deadline - time.monotonic())
+                    round_timeout = min(self.timeout, left) if timeout is None else left
+                    exchange, call.exchange = call.exchange, None
+                    try:
+                        self._server.finish(exchange, time.monotonic() + round_timeout, round_timeout)
+                    finally:
+                        call.remaining.difference_update(call.landed)
+                        self._drain_events()
+                if not call.remaining:
+                    return
+                if time.monotonic() > deadline:  # clients keep getting lost before they answer
+                    raise RemoteTimeoutError(
+                        f"{call.what}: slots {protocol.format_slots(sorted(call.remaining))} were not reset within "
+                        f"{total:g} s: they lost their clients, or had none; see the log for why"
+                    )
+                self._wait_for_clients(lambda: sorted(call.remaining), call.remaining, call.drop_reports, deadline)
+                self._send_resets(call)
+        finally:
+            if call.exchange is not None:  # interrupted before its round was awaited
+                self._server.abandon(call.exchange)
 
     def _reset_slots(
         self, slots: list[int], seed: list | None, options: Any, what: str, drop_reports: bool = True
@@ -922,27 +964,25 @@ class RemoteVectorEnv(VectorEnv):
         ``drop_reports``: their episodes start anew, so an unreported loss there needs no report.
         """
         if drop_reports:
-            for slot in slots:
-                self._lost_unreported.pop(slot, None)
-        quarantined = [slot for slot in slots if slot in self._server.quarantined]
+            self._episodes.forget(slots)
+        quarantined = [slot for slot in slots if slot in self._server.members.quarantined]
         if quarantined:
             self._server.release(quarantined)
 
     def _report_lost_slots(self) -> None:
         """End the episodes of the slots whose client was lost: truncated, ``client_lost`` in their infos."""
-        lost = sorted(self._lost_unreported)
+        lost = self._episodes.begin_reports(self._batch)
         if not lost:
             return
-        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-        self._batch.prepare_loss_reports(lost, same_step)
         self._server.release(lost)
-        if same_step:  # the next episode starts now, with a replacement
+        if self._episodes.reset_replacements:  # the next episode starts now, with a replacement
             # an autoreset, which SyncVectorEnv calls without arguments
-            self._reset_slots(lost, None, protocol.NO_OPTIONS, "the reset of a replacement client", drop_reports=False)
-        self._batch.write_loss_reports(lost)
-        for slot in lost:
-            self._lost_unreported.pop(slot, None)
-        logger.info("slots %s: episodes truncated, their client was lost", protocol.format_slots(lost))
+            try:
+                self._reset_slots(lost, None, NO_OPTIONS, "the reset of a replacement client", drop_reports=False)
+            except BaseException:
+                self._episodes.retry_reports(lost)  # the next step reports them again
+                raise
+            self._episodes.finish_reports(self._batch, lost)
 
     def _call_clients(
         self, kind: Kind, command_for: Callable[[commands.Plan], dict], what: str, slots: Iterable[int]
@@ -950,34 +990,48 @@ class RemoteVectorEnv(VectorEnv):
         """Send ``kind`` to the clients of ``slots`` (each client's command for its envs among them);
         the CALL results, one per slot in the order of ``slots``."""
         slots = _slot_numbers(list(slots), self.num_envs, "indices").tolist()
-        results: dict[int, Any] = {}
-
-        def on_reply(client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
-            reply = self._server.recv_value(client, header)
-            values = reply.get("results") if isinstance(reply, dict) else None
-            if kind == Kind.CALL:
-                plan = plans[client.identity]
-                if not isinstance(values, list) or len(values) != len(plan.slots):
-                    raise ProtocolError(f"CALL_RESULT must carry {len(plan.slots)} results")
-                results.update(zip(plan.slots, values, strict=True))
-
-        unreachable = sorted(self._lost_unreported.keys() & set(slots))
+        self._drain_events()
+        unreachable = self._episodes.unreported(slots)
         if unreachable:
             raise ClientLostError(
-                f"{what} cannot reach slots {protocol.format_slots(unreachable)}: their client was lost (the next "
-                "step() reports it, and a new client takes over)"
+                f"{what} cannot reach slots {protocol.format_slots(sorted(unreachable))}: their client was lost (the "
+                "next step() reports it, and a new client takes over)"
             )
         self._wait_for_clients(lambda: slots)
-        plans = commands.plans_for(self._server.slots, slots)
-        build = commands.call(kind, what, command_for, commands.lookup(plans))
-        clients = self._server.clients_of(slots)
-        lost = self._server.exchange(
-            clients, build, on_reply, reply_kind=Kind.CALL_RESULT, timeout=self.timeout, what=what
-        )
+        plans = commands.plans_for(self._server.members.slots, slots)
+        sink = _CallResults(kind, commands.lookup(plans))
+        build = commands.call(kind, what, command_for, sink.plan_of)
+        clients = self._server.members.clients_of(slots)
+        try:
+            lost = self._server.exchange(
+                clients, build, sink, reply_kind=Kind.CALL_RESULT, timeout=self.timeout, what=what
+            )
+        finally:
+            self._drain_events()
         if lost:
             gone = sorted(slot for client in lost for slot in client.slots)
             raise ClientLostError(f"{what} failed: the clients of slots {protocol.format_slots(gone)} were lost")
-        return tuple(results.get(slot) for slot in slots)
+        return tuple(sink.results.get(slot) for slot in slots)
+
+
+class _CallResults:
+    """The sink of a CALL or SET_ATTR: each slot's result, by slot."""
+
+    def __init__(self, kind: Kind, plan_of: commands.PlanOf) -> None:
+        self.kind = kind
+        self.plan_of = plan_of
+        self.results: dict[int, Any] = {}
+
+    def targets(self, client: ClientInfo, header: protocol.Header) -> list[np.ndarray]:
+        raise ProtocolError("a RESULT does not answer a CALL")
+
+    def land(self, client: ClientInfo, header: protocol.Header, scalars: bytes | None, value: Any) -> None:
+        values = value.get("results") if isinstance(value, dict) else None
+        if self.kind == Kind.CALL:
+            plan = self.plan_of(client)
+            if not isinstance(values, list) or len(values) != len(plan.slots):
+                raise ProtocolError(f"CALL_RESULT must carry {len(plan.slots)} results")
+            self.results.update(zip(plan.slots, values, strict=True))
 
 
 @dataclass(eq=False)
@@ -991,6 +1045,7 @@ class _ResetCall:
     what: str
     drop_reports: bool
     exchange: Exchange | None = None
+    landed: list[int] = field(default_factory=list)  # slots whose RESULT landed, in arrival order
 
 
 def _slot_numbers(slots: Any, num_envs: int, name: str) -> np.ndarray:
@@ -1009,8 +1064,8 @@ def _slot_numbers(slots: Any, num_envs: int, name: str) -> np.ndarray:
     return ids.astype(np.intp)
 
 
-def _release(server: SlotServer | None, local: LocalClients | None, workdir: str | None, timeout: float = 2.0) -> None:
-    """Tell the clients to exit, reap the local client processes, remove the private directory.
+def _release(server: SlotServer | None, launcher: Launcher | None, timeout: float = 2.0) -> None:
+    """Tell the clients to exit, then end the launcher's (local processes are reaped, their directory removed).
 
     Also the finalizer of a vector env dropped without ``close()``: it holds no reference to it.
     """
@@ -1019,27 +1074,12 @@ def _release(server: SlotServer | None, local: LocalClients | None, workdir: str
             server.close(
                 timeout,
                 gone=lambda client: (
-                    local is not None and client.launch_index is not None and local.exited(client.launch_index)
+                    launcher is not None and client.launch_index is not None and launcher.exited(client.launch_index)
                 ),
             )
     finally:
-        try:
-            if local is not None:
-                local.stop(timeout)
-        finally:
-            if workdir is not None:
-                shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _weak(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` (bound), called through a weak reference to its object: a call after it is gone does nothing."""
-    reference = weakref.WeakMethod(method)
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        bound = reference()
-        return None if bound is None else bound(*args, **kwargs)
-
-    return call
+        if launcher is not None:
+            launcher.stop(timeout)
 
 
 def _security(
@@ -1048,15 +1088,16 @@ def _security(
     authorized_keys: KeySource | Iterable[KeySource] | None,
     secret: str | bytes | None,
     insecure: bool,
-    local: LocalClients | None,
+    launched: bool,
 ) -> tuple[ServerSecurity | None, ClientSecurity | None]:
     """The server's security, and the keys of the local clients it launches.
 
     Local clients prove themselves with a random token per process; they also get a key pair of their
     own when the server uses CURVE, which it always does on a non-loopback address.
     """
+    check_endpoint(bind, "bind", binding=True)
     security = server_security(server_key, authorized_keys, secret)
-    if security is None and local is not None and not is_local_endpoint(bind):
+    if security is None and launched and not is_local_endpoint(bind):
         security = ServerSecurity(KeyPair.generate(), AuthorizedKeys(), "local clients only")
     if security is None and not is_local_endpoint(bind):
         if not insecure:
@@ -1066,7 +1107,7 @@ def _security(
                 "(gym-remote keygen), or secret; or insecure=True on a network you trust"
             )
         logger.warning("listening on %s without authentication or encryption (insecure=True)", bind)
-    if security is None or local is None:
+    if security is None or not launched:
         return security, None
     local_keys = KeyPair.generate()
     security.authorized.add(local_keys.public, "local")

@@ -4,7 +4,7 @@ Real client processes (local clients, ``gym-remote client``) and EnvClients in t
 (ipc and loopback tcp), real CartPole-v1. Every result is compared with a ``SyncVectorEnv`` twin given
 the same seeds and actions; the ordering errors are compared with what ``AsyncVectorEnv`` raises.
 
-Envs misbehave on cue through files (``tests.async_envs``): a step or reset that sleeps once, or
+Envs misbehave on cue through files (``tests.envs.async_calls``): a step or reset that sleeps once, or
 raises once, in a chosen env.
 """
 
@@ -29,7 +29,8 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from gym_remote import RemoteVectorEnv
 from gym_remote.errors import RemoteEnvError, RemoteTimeoutError
-from tests.async_envs import make_cartpole, make_controlled
+from tests.envs import make_cartpole
+from tests.envs.async_calls import make_controlled
 from tests.helpers import (
     ThreadClient,
     cartpole_server,
@@ -118,10 +119,10 @@ def local_rig(stack, tmp_path: Path, mode: AutoresetMode = AutoresetMode.NEXT_ST
         autoreset_mode=mode,
         **kwargs,
     )
-    seen: set[int] = set(envs._local.pids)
+    seen: set[int] = set(envs._launcher.pids)
 
     def end() -> None:
-        seen.update(envs._local.pids)
+        seen.update(envs._launcher.pids)
         try:
             envs.close()
         finally:
@@ -383,7 +384,7 @@ def test_close_with_a_call_pending_warns_like_async_vector_env_then_closes(pendi
         reference.close()
 
     envs = RemoteVectorEnv([make_cartpole] * 2, num_clients=1)
-    pids = envs._local.pids
+    pids = envs._launcher.pids
     envs.reset(seed=0)
     start_pending(envs, pending, np.array([0, 1]))
     with pytest.warns(UserWarning, match=re.escape(message)) as caught:
@@ -634,7 +635,7 @@ def closed_errors(envs, actions: np.ndarray) -> dict[str, type | None]:
 def test_every_method_of_a_closed_env_raises_closed_environment_error(pending, stack, tmp_path):
     rig = local_rig(stack, tmp_path)
     rig.reset_both(seed=0)
-    pids = list(rig.envs._local.pids)
+    pids = list(rig.envs._launcher.pids)
     actions = rig.actions()
     if pending is not None:  # closing does not wait for a slow pending call
         rig.cue(pending, 2, 10.0)
@@ -717,7 +718,7 @@ def test_cli_client_killed_while_step_async_is_pending(reaper, stack, tmp_path):
                 f"client{index}",
                 envs.address,
                 "--factory",
-                "tests.async_envs:make_controlled",
+                "tests.envs.async_calls:make_controlled",
                 "--env-kwargs",
                 kwargs,
                 "--num-envs",

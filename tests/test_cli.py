@@ -95,7 +95,7 @@ def test_module_and_console_script_agree(run):
         ["no-such-command"],
         ["client"],  # no ADDRESS
         ["client", "tcp://127.0.0.1:1"],  # neither --env nor --factory
-        ["client", "tcp://127.0.0.1:1", "--env", "CartPole-v1", "--factory", "tests.factories:make_cartpole"],
+        ["client", "tcp://127.0.0.1:1", "--env", "CartPole-v1", "--factory", "tests.envs:make_cartpole"],
         ["client", "tcp://127.0.0.1:1", "--env", "CartPole-v1", "--connect-timeout", "0"],
         ["demo", "--num-envs", "0"],
         ["demo", "--steps", "many"],
@@ -121,9 +121,9 @@ def test_bad_usage_exits_2(run, args):
     ("factory", "expected"),
     [
         ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
-        ("tests.factories:no_such_factory", "has no attribute 'no_such_factory'"),
-        ("tests.factories:NOT_CALLABLE", "is not callable"),
-        ("tests.factories", "module:function"),
+        ("tests.envs.factories:no_such_factory", "has no attribute 'no_such_factory'"),
+        ("tests.envs.factories:NOT_CALLABLE", "is not callable"),
+        ("tests.envs.factories", "module:function"),
     ],
 )
 @pytest.mark.parametrize("command", ["client", "demo"])
@@ -142,7 +142,7 @@ def test_client_factory_receives_env_kwargs(run):
             "client",
             envs.address,
             "--factory",
-            "tests.factories:make_tagged",
+            "tests.envs.factories:make_tagged",
             "--num-envs",
             "3",
             "--env-kwargs",
@@ -193,7 +193,7 @@ def test_demo_with_factory_and_env_kwargs(run):
         run,
         "demo",
         "--factory",
-        "tests.factories:make_cartpole",
+        "tests.envs:make_cartpole",
         "--env-kwargs",
         '{"max_episode_steps": 10}',
         "--num-envs",
@@ -233,7 +233,7 @@ def test_bench_measures_every_vector_env(run):
         run,
         "bench",
         "--factory",
-        "tests.factories:make_cartpole",
+        "tests.envs:make_cartpole",
         "--num-envs",
         "3",
         "--num-clients",

@@ -2,7 +2,7 @@
 
 Clients are ``gym-remote client`` processes (started through the ``reaper`` fixture, killed by pid)
 or :class:`~gym_remote.EnvClient` objects in threads of the test process. Envs are
-:class:`tests.fault_envs.CounterEnv`: deterministic in their seed, step count and actions, so the
+:class:`tests.envs.faults.CounterEnv`: deterministic in their seed, step count and actions, so the
 data of every slot can be compared with a ``SyncVectorEnv`` driven with the same seeds and actions.
 
 The server handles joins, leaves and liveness only while the test's thread is inside ``reset`` or
@@ -29,7 +29,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gym_remote import ClientLostError, EnvClient, RemoteTimeoutError, RemoteVectorEnv, protocol
 from gym_remote.protocol import Kind
-from tests.fault_envs import CounterEnv, make_counter
+from tests.envs.faults import CounterEnv, make_counter
 from tests.helpers import (
     KillWhenMarked,
     LoggedProcess,
@@ -80,7 +80,7 @@ def counter_client(
         name,
         address,
         "--factory",
-        "tests.fault_envs:make_counter",
+        "tests.envs.faults:make_counter",
         "--num-envs",
         str(num_envs),
         "--env-kwargs",
@@ -185,11 +185,12 @@ def members_by_name(envs: RemoteVectorEnv) -> dict[str, dict[str, Any]]:
 
 
 def in_line(envs: RemoteVectorEnv, name: str) -> bool:
-    return any(waiter.hello.get("name") == name for waiter in envs._server.waiting.values())
+    return any(waiter.hello.get("name") == name for waiter in envs._server.members.waiting.values())
 
 
 def served_by(envs: RemoteVectorEnv, name: str) -> list[int]:
-    return [slot for slot, client in enumerate(envs._server.slots) if client is not None and client.name == name]
+    slots = envs._server.members.slots
+    return [slot for slot, client in enumerate(slots) if client is not None and client.name == name]
 
 
 def step_quietly_until(envs: RemoteVectorEnv, condition, timeout: float, what: str, rng: np.random.Generator) -> int:
@@ -511,7 +512,7 @@ def test_killed_local_client_is_noticed_quickly_and_restarted(tmp_path):
         assert [row["local"] for row in before] == [True] * 4
         assert [row["restarts"] for row in before] == [0] * 4
         victim = before[2]["pid"]
-        assert victim == envs._local.pids[1] and before[3]["pid"] == victim
+        assert victim == envs._launcher.pids[1] and before[3]["pid"] == victim
         os.kill(victim, signal.SIGKILL)
         wait_until(lambda: not pid_alive(victim), 10, "the local client to die")
         started = time.monotonic()
@@ -524,7 +525,7 @@ def test_killed_local_client_is_noticed_quickly_and_restarted(tmp_path):
         after = envs.stats()
         assert [row["restarts"] for row in after] == [0, 0, 1, 1]
         assert [row["epoch"] for row in after] == [1, 1, 2, 2]
-        assert after[2]["pid"] != victim and after[2]["pid"] == envs._local.pids[1]
+        assert after[2]["pid"] != victim and after[2]["pid"] == envs._launcher.pids[1]
         assert after[0]["pid"] == before[0]["pid"] and after[0]["session"] == before[0]["session"]
         # local clients connect over ipc: they have no network address
         # over ipc libzmq describes the peer as localhost:uid:gid:pid
@@ -552,7 +553,7 @@ class TableChecker:
         self.epochs = [0] * envs.num_envs
 
     def check(self, where: str) -> list[dict]:
-        envs, server = self.envs, self.envs._server
+        envs, server = self.envs, self.envs._server.members
         held: dict[int, Any] = {}
         for identity, client in server.clients.items():
             assert client.identity == identity, where
@@ -682,13 +683,13 @@ def test_soak_join_leave_cycles_keep_the_slot_table_consistent(reaper, tmp_path,
             lost = sorted(slot for leaver in leavers for slot in served_by(envs, leaver.name))
             assert lost, f"{where}: the leavers {[leaver.name for leaver in leavers]} serve nothing"
             # newcomers that find every slot served wait in line: one every third cycle, all in SAME_STEP
-            assert not envs._server.empty_slots()
+            assert not envs._server.members.empty_slots()
             in_line_first = [knock(new_member("thread", 1), where)] if cycle % 3 == 1 else []
             if mode is SAME_STEP:
                 sizes = sizes_for(len(lost) - len(in_line_first))
                 for index, size in enumerate(sizes):
                     in_line_first.append(knock(new_member(kind_for(cycle, index == len(sizes) - 1), size), where))
-            assert [w.hello["name"] for w in envs._server.waiting.values()] == [m.name for m in in_line_first]
+            assert [w.hello["name"] for w in envs._server.members.waiting.values()] == [m.name for m in in_line_first]
             for leaver in leavers:
                 if leaver.kind == "thread":
                     leaver.handle.stop()
@@ -700,21 +701,21 @@ def test_soak_join_leave_cycles_keep_the_slot_table_consistent(reaper, tmp_path,
             step(f"{where} (loss)", expect_lost=lost, fresh=lost if mode is SAME_STEP else ())
             counts["losses"] += 1
             admitted = sorted(slot for member in in_line_first for slot in served_by(envs, member.name))
-            assert not envs._server.waiting, f"{where}: still in line: {list(envs._server.waiting)}"
+            assert not envs._server.members.waiting, f"{where}: still in line: {list(envs._server.members.waiting)}"
             members += in_line_first
             for slot in admitted:
                 assert slot in lost and checker.epochs[slot] == epochs[slot] + 1, f"{where}: slot {slot}"
             if mode is SAME_STEP:
                 assert admitted == lost, f"{where}: admitted {admitted}, lost {lost}"
             else:  # newcomers fill the empty slots; the next step waits for them (their autoreset step)
-                empty = envs._server.empty_slots()
+                empty = envs._server.members.empty_slots()
                 assert sorted(empty + admitted) == lost, f"{where}: empty {empty}, lost {lost}"
                 sizes = sizes_for(len(empty))
                 members += [new_member(kind_for(cycle, i == len(sizes) - 1), size) for i, size in enumerate(sizes)]
                 step(f"{where} (refill)", fresh=lost)
                 for slot in empty:
                     assert checker.epochs[slot] == epochs[slot] + 1, f"{where}: slot {slot} epochs {checker.epochs}"
-            assert not envs._server.empty_slots() and not envs._server.quarantined
+            assert not envs._server.members.empty_slots() and not envs._server.members.quarantined
             for _ in range(rng.randint(1, 4)):
                 step(f"{where} (steady)")
             assert served_by(envs, anchor.name) == [0]
@@ -752,7 +753,7 @@ def test_newcomers_wait_in_line_and_are_admitted_first_come_first_served(reaper,
         step_quietly_until(envs, lambda: in_line(envs, "first"), 20, "the first newcomer to wait in line", rng)
         second = counter_client(reaper, tmp_path, "second", envs.address, 1, log_level="INFO", seed_base=50)
         step_quietly_until(envs, lambda: in_line(envs, "second"), 20, "the second newcomer to wait in line", rng)
-        assert [waiter.hello["name"] for waiter in envs._server.waiting.values()] == ["first", "second"]
+        assert [waiter.hello["name"] for waiter in envs._server.members.waiting.values()] == ["first", "second"]
         # they are told, and they wait (they do not exit)
         wait_until(lambda: "waiting in line at position 1" in first.stderr, 10, "the first newcomer to be told")
         wait_until(lambda: "waiting in line at position 2" in second.stderr, 10, "the second newcomer to be told")
@@ -761,7 +762,7 @@ def test_newcomers_wait_in_line_and_are_admitted_first_come_first_served(reaper,
             assert "client_lost" not in envs.step(rng.integers(0, 3, size=2))[4]
         assert first.process.poll() is None, first.stderr
         assert second.process.poll() is None, second.stderr
-        assert envs.num_clients == 2 and len(envs._server.waiting) == 2
+        assert envs.num_clients == 2 and len(envs._server.members.waiting) == 2
 
         # a full server turns away a client that will not wait
         impatient = counter_client(reaper, tmp_path, "impatient", envs.address, 1, "--exit-if-full")
@@ -789,7 +790,7 @@ def test_newcomers_wait_in_line_and_are_admitted_first_come_first_served(reaper,
         assert leaving.error is None, repr(leaving.error)
         _, _, _, truncations, infos = envs.step(rng.integers(0, 3, size=2))
         assert lost_slots(infos) == [1] and truncations[1]
-        assert served_by(envs, "second") == [1] and not envs._server.waiting
+        assert served_by(envs, "second") == [1] and not envs._server.members.waiting
         obs, rewards, _, _, infos = envs.step(rng.integers(0, 3, size=2))
         assert_same(single_reset(default_seed=50)[0], obs[1], "the second newcomer's autoreset step")
         assert rewards[1] == 0.0
@@ -833,7 +834,7 @@ def test_waiter_that_died_in_line_does_not_keep_the_slot_from_the_next_in_line(r
         assert_same(single_reset(default_seed=60)[0], obs[0], "the live newcomer's reset observation")
         checker.check("after the admission")
         assert "client_lost" not in envs.step(rng.integers(0, 3, size=2))[4]
-        assert not envs._server.quarantined and not envs._server.waiting
+        assert not envs._server.members.quarantined and not envs._server.members.waiting
     finally:
         envs.close()
     assert m2.wait(timeout=10) == 0, m2.stderr

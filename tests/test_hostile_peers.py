@@ -1,4 +1,4 @@
-"""Hostile peers (issue 3): bad bytes never crash the server or a client, and every other slot keeps stepping.
+"""Hostile peers on real sockets: bad bytes never crash the server or a client, and every other slot keeps stepping.
 
 The server under test is a :class:`~gym_remote.RemoteVectorEnv` in server form on loopback tcp (or ipc),
 its honest slots served by real :class:`~gym_remote.EnvClient` objects in threads (``ThreadClient``) whose
@@ -50,7 +50,7 @@ from hypothesis import strategies as st
 
 from gym_remote import GymRemoteError, RemoteTimeoutError, RemoteVectorEnv, codec, protocol
 from gym_remote.protocol import FLAG_DTYPES, FLAG_SUBSET, FLAG_VALUE, Kind, format_slots
-from tests.factories import make_cartpole
+from tests.envs import make_cartpole
 from tests.helpers import ThreadClient, cartpole_server, hello_frames, hello_value, raw_header
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -846,7 +846,7 @@ def test_malformed_hello_waiting_in_line_is_refused_when_a_slot_frees(case, stac
     step_until(envs, twin, rng, lambda: hostile.drain() or hostile.inbox, "the hostile peer to be answered")
     assert hostile.inbox[0].kind == Kind.REFUSE and hostile.inbox[0].value["waiting"] is False
     assert hostile.inbox[0].value["code"] == "invalid", hostile.inbox[0].value
-    assert not envs._server.waiting
+    assert not envs._server.members.waiting
 
     leaving = clients[1]
     freed = leaving.client.slots

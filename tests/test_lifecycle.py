@@ -23,10 +23,9 @@ from gymnasium.error import ClosedEnvironmentError
 
 from gym_remote import RemoteEnvError, RemoteVectorEnv
 from gym_remote.launch import split_evenly
-from tests.envs import Counter
-from tests.factories import (
+from tests.envs import Counter, make_cartpole
+from tests.envs.factories import (
     make_broken,
-    make_cartpole,
     make_indexed,
     make_mountaincar,
     make_staller,
@@ -63,11 +62,11 @@ def test_default_num_clients_and_contiguous_shares():
     envs = RemoteVectorEnv([functools.partial(make_indexed, index) for index in range(count)], connect_timeout=30)
     try:
         expected_clients = min(os.cpu_count() or 1, count)
-        assert len(envs._local.pids) == expected_clients
+        assert len(envs._launcher.pids) == expected_clients
         assert envs.num_clients == expected_clients
         assert envs.get_attr("index") == tuple(range(count))
         pids = envs.get_attr("pid")
-        for (first, share), pid in zip(split_evenly(count, expected_clients), envs._local.pids, strict=True):
+        for (first, share), pid in zip(split_evenly(count, expected_clients), envs._launcher.pids, strict=True):
             assert pids[first : first + share] == (pid,) * share, pids
     finally:
         envs.close()
@@ -82,7 +81,7 @@ def test_env_fns_i_serves_slot_i(count, num_clients):
         assert envs.num_clients == num_clients
         assert envs.get_attr("index") == tuple(range(count))
         pids = envs.get_attr("pid")
-        client_pids = envs._local.pids
+        client_pids = envs._launcher.pids
         assert len(set(client_pids)) == num_clients
         # each client serves one run of consecutive slots, in launch order, the larger shares first
         runs = [pids[0]]
@@ -191,7 +190,7 @@ def test_env_raising_in_step_names_the_slot_and_reset_recovers():
             assert "deliberate step failure in env 3 at step 3" in str(error)
             assert "Traceback" in error.remote_traceback
             assert "deliberate step failure in env 3" in error.remote_traceback
-            assert "factories.py" in error.remote_traceback  # where it was raised, in the client
+            assert "envs/factories.py" in error.remote_traceback  # where it was raised, in the client
             assert error.remote_traceback.strip() in str(error)
         # after the error, reset() brings the vector back into working order
         obs, _ = envs.reset(seed=11)
@@ -207,7 +206,7 @@ def test_client_killed_during_step_truncates_its_slots_quickly_and_is_restarted(
     marker = tmp_path / "stalling"
     env_fns = [make_cartpole, make_cartpole, make_cartpole, functools.partial(make_staller, str(marker), 60.0)]
     envs = RemoteVectorEnv(env_fns, num_clients=2, timeout=120, connect_timeout=30)
-    victim = envs._local.pids[1]  # serves slots 2-3, including the stalling env
+    victim = envs._launcher.pids[1]  # serves slots 2-3, including the stalling env
     try:
         envs.reset(seed=0)
         killer = KillWhenMarked(victim, marker)
@@ -226,13 +225,13 @@ def test_client_killed_during_step_truncates_its_slots_quickly_and_is_restarted(
         obs, rewards, _, truncations, infos = envs.step(np.zeros(4, dtype=np.int64))
         assert rewards[2:].tolist() == [0.0, 0.0] and not truncations.any()
         assert "client_lost" not in infos
-        assert envs._local.pids[1] != victim
+        assert envs._launcher.pids[1] != victim
         stats = envs.stats()
         assert [row["restarts"] for row in stats] == [0, 0, 1, 1]
     finally:
         envs.close()
         kill_local_clients([victim])
-    for pid in envs._local.pids:
+    for pid in envs._launcher.pids:
         assert reaped(pid), f"client {pid} not reaped after close()"
 
 
@@ -242,7 +241,7 @@ def test_client_killed_during_step_truncates_its_slots_quickly_and_is_restarted(
 def test_close_ends_and_reaps_every_client():
     before = child_pids()
     envs = RemoteVectorEnv([make_cartpole] * 4, num_clients=3, connect_timeout=30)
-    pids = list(envs._local.pids)
+    pids = list(envs._launcher.pids)
     try:
         assert len(pids) == 3
         assert all(pid_alive(pid) for pid in pids)
@@ -301,7 +300,7 @@ def _dropped_without_close(kind: str) -> tuple[list[int], str]:
         envs = venv = RemoteVectorEnv([make_cartpole] * 3, num_clients=2, connect_timeout=30)
         envs.reset(seed=0)
         envs.step(np.zeros(3, dtype=np.int64))
-    pids, workdir = list(envs._local.pids), envs._workdir
+    pids, workdir = list(envs._launcher.pids), envs._launcher.workdir
     del envs, venv
     return pids, workdir
 
@@ -327,12 +326,12 @@ TRAINING_SCRIPT = """
 import json, sys, time
 import numpy as np
 from gym_remote import RemoteVectorEnv
-from tests.factories import make_cartpole
+from tests.envs import make_cartpole
 
 mode = sys.argv[1]
 envs = RemoteVectorEnv([make_cartpole] * 3, num_clients=2, connect_timeout=30)
 envs.reset(seed=0)
-print(json.dumps(envs._local.pids), flush=True)
+print(json.dumps(envs._launcher.pids), flush=True)
 if mode == "raise":
     raise RuntimeError("the training script crashed")
 if mode == "step":

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from gym_remote import RemoteVectorEnv
-from tests.factories import make_cartpole
+from tests.envs import make_cartpole
 from tests.helpers import ThreadClient, cartpole_server
 
 LIVENESS = 2.0

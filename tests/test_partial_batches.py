@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,8 +34,8 @@ from gymnasium.vector.utils import batch_space, iterate
 
 from gym_remote import RemoteEnvError, RemoteVectorEnv
 from gym_remote.errors import RemoteTimeoutError
+from tests.envs.partial import TimedEnv, make_space_env, make_timed
 from tests.helpers import KillWhenMarked, ThreadClient, kill_local_clients, wait_until
-from tests.partial_envs import TimedEnv, make_space_env, make_timed
 
 SEED = 100
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
@@ -198,13 +199,13 @@ def local_envs():
         kwargs.setdefault("timeout", 30)
         kwargs.setdefault("liveness_timeout", LIVENESS)
         envs = RemoteVectorEnv(env_fns, **kwargs)
-        made.append((envs, set(envs._local.pids)))
+        made.append((envs, set(envs._launcher.pids)))
         return envs
 
     yield make
     for envs, pids in made:
         try:
-            pids.update(envs._local.pids)
+            pids.update(envs._launcher.pids)
             envs.close()
         finally:
             kill_local_clients(pids)
@@ -360,7 +361,7 @@ def test_no_slot_starves_at_equal_speeds(local_envs):
 CLIENT_SCRIPT = """
 import functools, sys
 from gym_remote import EnvClient
-from tests.partial_envs import make_timed
+from tests.envs.partial import make_timed
 
 address, marker = sys.argv[1], sys.argv[2]
 fns = [
@@ -651,7 +652,7 @@ def test_a_client_killed_mid_step_is_noticed_while_other_slots_keep_running(loca
     rollout = Rollout(envs, seed=13)
     rollout.start()
     rollout.drain()
-    victim = envs._local.pids[2]
+    victim = envs._launcher.pids[2]
     killer = KillWhenMarked(victim, marker, timeout=20)
     rollout.send([0, 1, 2])  # slot 2's env stalls; its process is killed mid-step
     wait_until(killer.killed.is_set, 20, "the stalled client to be killed")
@@ -664,3 +665,57 @@ def test_a_client_killed_mid_step_is_noticed_while_other_slots_keep_running(loca
             rollout.send(others)
     report = rollout.records[2][-1]
     assert report.truncated and report.reward == 0.0
+
+
+@pytest.mark.timeout(60)
+def test_recv_sends_nothing_from_inside_a_wait_predicate(thread_clients, monkeypatch):
+    """A wait's predicate only looks: the commands parked for slots without a client are sent by recv()
+    itself once a client joins, never while the server asks the predicate whether it is done."""
+    single = TimedEnv()
+    envs = RemoteVectorEnv(
+        num_envs=2,
+        batch_size=2,
+        observation_space=single.observation_space,
+        action_space=single.action_space,
+        timeout=20,
+        connect_timeout=20,
+    )
+    try:
+        server = envs._server
+        in_predicate = []
+        sent_from_predicate = []
+        original_wait, original_start = server.wait, server.start
+
+        def watched_wait(done, deadline):
+            def watched_done():
+                in_predicate.append(True)
+                try:
+                    return done()
+                finally:
+                    in_predicate.pop()
+
+            return original_wait(watched_done, deadline)
+
+        def watched_start(*args, **kwargs):
+            if in_predicate:
+                sent_from_predicate.append(kwargs.get("what"))
+            return original_start(*args, **kwargs)
+
+        monkeypatch.setattr(server, "wait", watched_wait)
+        monkeypatch.setattr(server, "start", watched_start)
+        envs.async_reset(seed=3)  # no client yet: both resets are parked
+        joiner = threading.Timer(
+            0.5,
+            lambda: thread_clients.append(
+                ThreadClient(envs.address, [functools.partial(make_timed, label) for label in (0, 1)])
+            ),
+        )
+        joiner.start()
+        try:
+            observations, _, _, _, infos = envs.recv()
+        finally:
+            joiner.join(5)
+        assert sorted(infos["env_id"].tolist()) == [0, 1] and observations.shape == (2, 3)
+        assert sent_from_predicate == [], f"commands sent from inside a wait predicate: {sent_from_predicate}"
+    finally:
+        envs.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -12,13 +13,14 @@ import pytest
 import ray
 
 from gym_remote.ray import RayVectorEnv
+from tests.envs import make_cartpole
 from tests.helpers import assert_same_steps, child_pids, pid_alive, step_until, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def make_cartpole() -> gym.Env:
-    return gym.make("CartPole-v1", max_episode_steps=30)
+short_cartpole = functools.partial(make_cartpole, max_episode_steps=30)
+"""CartPole-v1 truncated after 30 steps."""
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +51,11 @@ def test_needs_ray_init():
     if ray.is_initialized():
         pytest.skip("Ray is running in this process")
     with pytest.raises(RuntimeError, match="ray.init"):
-        RayVectorEnv([make_cartpole])
+        RayVectorEnv([short_cartpole])
 
 
 def test_ray_clients_step_as_sync(local_ray):
-    env_fns = [make_cartpole] * 4
+    env_fns = [short_cartpole] * 4
     envs = RayVectorEnv(env_fns, num_clients=2, num_cpus_per_client=0.5, resources_per_client={"simulator": 1})
     sync = gym.vector.SyncVectorEnv(env_fns)
     try:
@@ -71,7 +73,7 @@ def test_ray_clients_step_as_sync(local_ray):
 
 def test_a_killed_actor_is_restarted_and_serves_again(local_ray):
     envs = RayVectorEnv(
-        [make_cartpole] * 4,
+        [short_cartpole] * 4,
         num_clients=2,
         num_cpus_per_client=0.5,
         max_restarts=2,
@@ -111,7 +113,7 @@ def test_a_killed_actor_is_restarted_and_serves_again(local_ray):
 
 
 def test_the_secret_reaches_the_clients(local_ray):
-    envs = RayVectorEnv([make_cartpole] * 2, num_clients=1, num_cpus_per_client=0.5, secret="a secret for this test")
+    envs = RayVectorEnv([short_cartpole] * 2, num_clients=1, num_cpus_per_client=0.5, secret="a secret for this test")
     try:
         observations, _ = envs.reset(seed=0)
         assert observations.shape == (2, 4)

@@ -32,7 +32,15 @@ import numpy as np
 import pytest
 
 from gym_remote import ClientLostError, RemoteEnvError, RemoteVectorEnv
-from tests.factories import make_cartpole
+from tests.envs import make_cartpole
+from tests.envs.recovery import (
+    make_always_raising,
+    make_dies_after_restart,
+    make_exiting,
+    make_faulty,
+    make_flaky,
+    make_works_once,
+)
 from tests.helpers import (
     LoggedProcess,
     child_pids,
@@ -44,14 +52,6 @@ from tests.helpers import (
     rows_by_client,
     step_until,
     wait_until,
-)
-from tests.recovery_envs import (
-    make_always_raising,
-    make_dies_after_restart,
-    make_exiting,
-    make_faulty,
-    make_flaky,
-    make_works_once,
 )
 
 LIVENESS = 2.0
@@ -550,10 +550,10 @@ class LocalRun:
         kwargs.setdefault("liveness_timeout", LIVENESS)
         kwargs.setdefault("timeout", 60)
         self.envs = RemoteVectorEnv(env_fns, **kwargs)
-        self.seen: set[int] = set(self.envs._local.pids)
+        self.seen: set[int] = set(self.envs._launcher.pids)
 
     def pids(self) -> list[int]:
-        pids = list(self.envs._local.pids)
+        pids = list(self.envs._launcher.pids)
         self.seen.update(pids)
         return pids
 
@@ -561,7 +561,7 @@ class LocalRun:
         try:
             self.envs.close()
         finally:
-            self.seen.update(self.envs._local.pids)
+            self.seen.update(self.envs._launcher.pids)
             kill_local_clients(self.seen)
 
 
@@ -715,7 +715,7 @@ def test_env_fn_raising_makes_the_constructor_raise_its_error_at_once(tmp_path, 
     assert "env_fns[2]" in text and "local client 1" in text and "crash-loop-env-would-not-build" in text, text
     assert error.remote_type == error_type.rsplit(".", 1)[-1]
     assert "Traceback" in error.remote_traceback and "crash-loop-env-would-not-build" in error.remote_traceback
-    assert "recovery_envs.py" in error.remote_traceback
+    assert "envs/recovery.py" in error.remote_traceback
     assert error.remote_traceback.strip() in text
     wait_until(lambda: not (local_client_children() - before), 10, "the local clients to be ended")
 
@@ -828,7 +828,7 @@ def faulty_envs(request, reaper, tmp_path):
         return
     envs = RemoteVectorEnv(num_envs=4, liveness_timeout=LIVENESS, connect_timeout=CONNECT_TIMEOUT, timeout=60)
     clients = [
-        start_client(reaper, tmp_path, f"faulty-{index}", envs.address, "--factory", "tests.recovery_envs:make_faulty")
+        start_client(reaper, tmp_path, f"faulty-{index}", envs.address, "--factory", "tests.envs.recovery:make_faulty")
         for index in range(2)
     ]
     try:
@@ -847,7 +847,7 @@ def assert_remote_env_error(error: RemoteEnvError, slot: int, remote_type: str, 
     assert error.remote_type == remote_type, text
     assert message in text
     assert "Traceback" in error.remote_traceback and message in error.remote_traceback
-    assert "recovery_envs.py" in error.remote_traceback  # where it was raised, in the client
+    assert "envs/recovery.py" in error.remote_traceback  # where it was raised, in the client
     assert error.remote_traceback.strip() in text
 
 

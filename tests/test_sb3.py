@@ -25,7 +25,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecMoni
 from gym_remote import RemoteVectorEnv
 from gym_remote.errors import RemoteEnvError
 from gym_remote.sb3 import RemoteVecEnv
-from tests.envs import SeedOnlyResetEnv, make_attribute_wrapped_env, space_env
+from tests.envs import SeedOnlyResetEnv, make_attribute_wrapped_env, make_cartpole, space_env
 from tests.helpers import kill_local_clients, pid_alive, wait_until
 from tests.test_equivalence import WALL_CLOCK, assert_same
 
@@ -41,8 +41,8 @@ def attribute_wrapped_envs(count: int) -> list[Callable[[], gym.Env]]:
     return [functools.partial(make_attribute_wrapped_env, env_id=index) for index in range(count)]
 
 
-def make_cartpole() -> gym.Env:
-    return gym.make("CartPole-v1", max_episode_steps=25)
+short_cartpole = functools.partial(make_cartpole, max_episode_steps=25)
+"""CartPole-v1 truncated after 25 steps: short runs see both kinds of episode end."""
 
 
 def make_monitored_cartpole() -> gym.Env:
@@ -95,8 +95,8 @@ def test_steps_as_dummy_vec_env(adapters, observation_space, num_clients):
 
 
 def test_cartpole_time_limits_as_dummy_vec_env(adapters):
-    dummy = DummyVecEnv([make_cartpole] * 3)
-    remote = adapters([make_cartpole] * 3, num_clients=2)
+    dummy = DummyVecEnv([short_cartpole] * 3)
+    remote = adapters([short_cartpole] * 3, num_clients=2)
     try:
         run_side_by_side(dummy, remote, steps=120, seed=5)
     finally:
@@ -145,7 +145,7 @@ def test_attributes_and_methods_reach_only_the_envs_of_indices(adapters):
 
 
 def test_env_is_wrapped(adapters):
-    remote = adapters([make_monitored_cartpole, make_cartpole], num_clients=2)
+    remote = adapters([make_monitored_cartpole, short_cartpole], num_clients=2)
     assert remote.env_is_wrapped(Monitor) == [True, False]
     assert remote.env_is_wrapped(TimeLimit) == [True, True]
     assert remote.env_is_wrapped(gym.Wrapper, indices=[1]) == [True]  # a base class of every wrapper
@@ -166,7 +166,7 @@ def test_images_and_render_mode(adapters):
 
 
 def test_wraps_a_remote_vector_env_built_elsewhere(adapters):
-    envs = RemoteVectorEnv([make_cartpole] * 2, num_clients=1, autoreset_mode="SameStep")
+    envs = RemoteVectorEnv([short_cartpole] * 2, num_clients=1, autoreset_mode="SameStep")
     remote = adapters(envs=envs)
     assert remote.reset().shape == (2, 4)
     remote.close()
@@ -174,12 +174,12 @@ def test_wraps_a_remote_vector_env_built_elsewhere(adapters):
 
 
 def test_refuses_what_sb3_cannot_use():
-    envs = RemoteVectorEnv([make_cartpole] * 2, num_clients=1)  # NEXT_STEP
+    envs = RemoteVectorEnv([short_cartpole] * 2, num_clients=1)  # NEXT_STEP
     try:
         with pytest.raises(ValueError, match="SameStep"):
             RemoteVecEnv(envs=envs)
         with pytest.raises(ValueError, match="not both"):
-            RemoteVecEnv([make_cartpole], envs=envs)
+            RemoteVecEnv([short_cartpole], envs=envs)
         with pytest.raises(ValueError, match="built already"):
             RemoteVecEnv(envs=envs, num_clients=2)
     finally:
@@ -289,7 +289,7 @@ def test_reset_without_options_leaves_out_the_keyword(adapters):
 def test_replacement_of_a_lost_client_resets_without_the_options_keyword():
     """The reset of a replacement client is an autoreset: no options keyword, as for envs without one."""
     venv = RemoteVecEnv([SeedOnlyResetEnv] * 2, num_clients=2, liveness_timeout=2.0)
-    pids = list(venv.envs._local.pids)
+    pids = list(venv.envs._launcher.pids)
     try:
         venv.reset()
         venv.step(np.zeros(2, dtype=np.int64))
@@ -324,7 +324,7 @@ def test_has_attr_looks_without_calling(adapters):
         assert [remote.has_attr(name) for name in names] == [True, True, True, True, False, False]
         assert remote.get_attr("episodes") == dummy.get_attr("episodes") == [1, 1, 1]
         with pytest.raises(RemoteEnvError, match="unknown CALL query"):
-            remote.envs._query_slots([0], "scale", "no such query")
+            remote.envs._call_command([0], {"name": "scale", "query": "no such query"}, "an unknown query")
     finally:
         dummy.close()
 
@@ -375,7 +375,7 @@ def test_ppo_learns_and_evaluate_policy_runs(adapters):
 
 
 def test_dqn_learns(adapters):
-    venv = adapters([make_cartpole] * 2, num_clients=1)
+    venv = adapters([short_cartpole] * 2, num_clients=1)
     model = DQN("MlpPolicy", venv, learning_starts=64, buffer_size=2_000, train_freq=4, seed=0, device="cpu")
     model.learn(total_timesteps=300)
     assert model.num_timesteps >= 300 and model.replay_buffer.size() > 0
@@ -394,8 +394,8 @@ def test_vec_normalize_and_frame_stack_as_on_dummy_vec_env(adapters):
     def wrap(venv):
         return VecFrameStack(VecNormalize(VecMonitor(venv), gamma=0.9), n_stack=3)
 
-    dummy = wrap(DummyVecEnv([make_cartpole] * 3))
-    remote = wrap(adapters([make_cartpole] * 3, num_clients=3))
+    dummy = wrap(DummyVecEnv([short_cartpole] * 3))
+    remote = wrap(adapters([short_cartpole] * 3, num_clients=3))
     try:
         run_side_by_side(dummy, remote, steps=60, seed=11)
     finally:

@@ -1,4 +1,4 @@
-"""Security (issue 4): CURVE keys, shared secrets, private local servers, connection limits.
+"""Security over real sockets: CURVE keys, shared secrets, private local servers, connection limits.
 
 Every server here is a real :class:`~gym_remote.RemoteVectorEnv` on loopback tcp (or ipc), every honest
 client a real :class:`~gym_remote.EnvClient` (in a thread, ``ThreadClient``) serving CartPole, and the
@@ -59,9 +59,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from gym_remote import EnvClient, JoinRefusedError, RemoteVectorEnv, protocol
 from gym_remote.protocol import FLAG_VALUE, Kind
-from gym_remote.security import AuthorizedKeys, create_key_files
+from gym_remote.security import AuthorizedKeys, SecurityOptions, create_key_files
 from gym_remote.transport import MAX_FRAMES
-from tests.factories import make_cartpole
+from tests.envs import make_cartpole
 from tests.helpers import ThreadClient, cartpole_server, free_tcp_address, hello_frames, step_until, wait_until
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -665,7 +665,7 @@ def test_a_server_of_local_clients_refuses_strangers(options, stack):
         **options,
     )
     stack.callback(envs.close)
-    assert stat.S_IMODE(os.stat(envs._workdir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(envs._launcher.workdir).st_mode) == 0o700
     secret = options.get("secret")
     assert envs.server_stats()["security"] == ("CURVE (secret)" if secret else "none")
     local_pids = {row["pid"] for row in envs.stats()}
@@ -1041,3 +1041,26 @@ def test_a_non_loopback_bind_needs_authentication(keys):
     ):
         with pytest.raises(OSError, match="cannot bind"):
             RemoteVectorEnv(num_envs=1, bind="tcp://192.0.2.1:5555", **options)
+
+
+def test_security_options_in_one_object_act_as_the_keyword_arguments(stack):
+    envs = cartpole_server(stack, 1, security=SecurityOptions(secret=SECRET, max_connections=3))
+    assert envs.security == SecurityOptions(secret=SECRET, max_connections=3)
+    stats = envs.server_stats()
+    assert stats["security"] == "CURVE (secret)", stats
+    right = start_client(stack, envs.address, 1, "right-secret", secret=SECRET)
+    wrong = failing_client(stack, envs.address, "wrong-secret", secret=SECRET + "x")
+    twin = Twin(stack, [0], seed=4)
+    twin.reset(envs, seed=4)
+    twin.run(envs, 5)
+    step_until(envs, lambda: wrong.done, FAIL_FAST + 5, "the refusal", step=lambda: twin.step(envs))
+    assert refusal_of(wrong).code == "handshake" and right.error is None
+    keywords = cartpole_server(stack, 1, secret=SECRET, max_connections=3)
+    assert keywords.security == envs.security
+
+
+def test_security_options_and_security_keywords_at_once_are_refused():
+    with pytest.raises(ValueError, match="not both"):
+        RemoteVectorEnv(num_envs=1, security=SecurityOptions(secret=SECRET), insecure=True)
+    with pytest.raises(ValueError, match="not both"):
+        RemoteVectorEnv(num_envs=1, security=SecurityOptions(), allow_pickle=False)

@@ -23,7 +23,6 @@ from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 import gym_remote.security as security
-from gym_remote.launch import LocalClients
 from gym_remote.security import (
     ZAP_ENDPOINT,
     AuthorizedKeys,
@@ -52,10 +51,6 @@ def _key_pair(directory: Path, name: str) -> KeyPair:
     create_key_files(name, directory)
     public, secret = zmq.auth.load_certificate(str(directory / f"{name}.key_secret"))
     return KeyPair(public, secret)
-
-
-def _make_env():  # pragma: no cover - never called: LocalClients only holds it
-    raise AssertionError("not to be called")
 
 
 # -- KeyPair -----------------------------------------------------------------------------------------
@@ -511,40 +506,34 @@ def test_endpoints_reachable_from_elsewhere(endpoint):
     assert is_local_endpoint(endpoint) is False
 
 
-@pytest.fixture
-def local_clients(tmp_path):
-    """A LocalClients that is never started (``_security`` only checks that there is one)."""
-    return LocalClients([_make_env], 1, str(tmp_path), connect_timeout=1)
-
-
-def test_launched_clients_on_a_network_bind_get_ephemeral_curve(local_clients):
-    server, local = _security("tcp://0.0.0.0:5555", None, None, None, False, local_clients)
+def test_launched_clients_on_a_network_bind_get_ephemeral_curve():
+    server, local = _security("tcp://0.0.0.0:5555", None, None, None, False, True)
     assert isinstance(server, ServerSecurity) and server.how == "local clients only"
     assert zmq.curve_public(server.keys.secret) == server.keys.public
     assert isinstance(local, ClientSecurity)
     assert local.server_public == server.keys.public
     assert server.authorized.lookup(local.keys.public) == "local"
     assert len(server.authorized) == 1
-    again, _ = _security("tcp://0.0.0.0:5555", None, None, None, False, local_clients)
+    again, _ = _security("tcp://0.0.0.0:5555", None, None, None, False, True)
     assert again.keys != server.keys  # a fresh pair each time
 
 
 def test_network_bind_without_security_or_launched_clients_is_refused(caplog):
     with pytest.raises(ValueError, match="insecure"):
-        _security("tcp://0.0.0.0:5555", None, None, None, False, None)
+        _security("tcp://0.0.0.0:5555", None, None, None, False, False)
     with caplog.at_level(logging.WARNING, logger="gym_remote"):
-        assert _security("tcp://0.0.0.0:5555", None, None, None, True, None) == (None, None)
+        assert _security("tcp://0.0.0.0:5555", None, None, None, True, False) == (None, None)
     assert any("insecure=True" in record.getMessage() for record in caplog.records), caplog.records
 
 
 @pytest.mark.parametrize("bind", ["tcp://127.0.0.1:*", "ipc:///tmp/x/server"])
-def test_loopback_without_security_stays_plain(bind, local_clients):
-    assert _security(bind, None, None, None, False, None) == (None, None)
-    assert _security(bind, None, None, None, False, local_clients) == (None, None)
+def test_loopback_without_security_stays_plain(bind):
+    assert _security(bind, None, None, None, False, False) == (None, None)
+    assert _security(bind, None, None, None, False, True) == (None, None)
 
 
-def test_launched_clients_with_a_secret_get_a_key_of_their_own(local_clients):
-    server, local = _security("tcp://127.0.0.1:*", None, None, LONG_SECRET, False, local_clients)
+def test_launched_clients_with_a_secret_get_a_key_of_their_own():
+    server, local = _security("tcp://127.0.0.1:*", None, None, LONG_SECRET, False, True)
     assert server.how == "secret"
     assert local.server_public == server.keys.public
     assert server.authorized.lookup(local.keys.public) == "local"

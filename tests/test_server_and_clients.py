@@ -20,7 +20,7 @@ from gymnasium.vector.utils import batch_space
 
 import gym_remote
 from gym_remote import JoinRefusedError, RemoteTimeoutError, RemoteVectorEnv
-from tests.factories import make_cartpole
+from tests.envs import make_cartpole
 from tests.helpers import LoggedProcess, ThreadClient, cli_client, free_tcp_address, step_until, wait_until
 
 CARTPOLE = gym.make("CartPole-v1")

@@ -16,7 +16,7 @@ import pytest
 
 from gym_remote import RemoteVectorEnv
 from gym_remote.server import DEFAULT_SPIN_SECONDS
-from tests.partial_envs import make_timed
+from tests.envs.partial import make_timed
 
 pytestmark = pytest.mark.timeout(60)
 

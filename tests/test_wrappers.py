@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -9,11 +11,11 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import vector as vector_wrappers
 
 from gym_remote import RemoteVectorEnv
+from tests.envs import make_cartpole
 from tests.helpers import assert_same_steps
 
-
-def make_cartpole():
-    return gym.make("CartPole-v1", max_episode_steps=60)
+short_cartpole = functools.partial(make_cartpole, max_episode_steps=60)
+"""CartPole-v1 truncated after 60 steps."""
 
 
 def wrap(envs: gym.vector.VectorEnv) -> tuple[gym.vector.VectorEnv, vector_wrappers.RecordEpisodeStatistics]:
@@ -25,7 +27,7 @@ def wrap(envs: gym.vector.VectorEnv) -> tuple[gym.vector.VectorEnv, vector_wrapp
 
 @pytest.mark.parametrize("num_clients", [1, 3])
 def test_wrapped_remote_matches_wrapped_sync(num_clients):
-    env_fns = [make_cartpole for _ in range(6)]
+    env_fns = [short_cartpole for _ in range(6)]
     sync, sync_recorder = wrap(gym.vector.SyncVectorEnv(env_fns))
     remote, remote_recorder = wrap(RemoteVectorEnv(env_fns, num_clients=num_clients))
     try:

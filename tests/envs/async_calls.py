@@ -1,8 +1,9 @@
 """Env factories for the step_async / step_wait tests (``tests.test_async_calls``).
 
 Module-level functions, so they travel to local client processes by reference and work as
-``gym-remote client ... --factory tests.async_envs:NAME``. Every env is CartPole-v1 underneath,
-stepped and reset unchanged, so a ``SyncVectorEnv`` of plain CartPole-v1 is its exact twin.
+``gym-remote client ... --factory tests.envs.async_calls:NAME``. Every env is CartPole-v1 underneath,
+stepped and reset unchanged, so a ``SyncVectorEnv`` of plain CartPole-v1 (:func:`tests.envs.make_cartpole`)
+is its exact twin.
 
 Misbehaviour is switched on from the test through files in ``control`` (a directory):
 
@@ -65,8 +66,3 @@ class Controlled(gym.Wrapper):
 def make_controlled(control: str, index: int, step_seconds: float = 0.0) -> gym.Env:
     """CartPole-v1 under :class:`Controlled`; every step sleeps ``step_seconds`` besides."""
     return Controlled(gym.make("CartPole-v1"), control, index, step_seconds)
-
-
-def make_cartpole() -> gym.Env:
-    """Plain CartPole-v1 (the twin's env)."""
-    return gym.make("CartPole-v1")

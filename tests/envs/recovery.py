@@ -1,8 +1,8 @@
 """Env factories for the recovery tests (``tests/test_recovery.py``).
 
 Every factory is a module-level function, so it travels to local client processes by reference and
-works as ``gym-remote client ... --factory tests.recovery_envs:NAME``. The envs are CartPole-v1
-underneath (same spaces as ``tests.factories``). Factories that must behave differently from one
+works as ``gym-remote client ... --factory tests.envs.recovery:NAME``. The envs are CartPole-v1
+underneath (same spaces as ``tests.envs.factories``). Factories that must behave differently from one
 process to the next (fail a few times, then work) count their constructions in a file, because each
 construction happens in a new client process.
 """

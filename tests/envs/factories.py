@@ -1,9 +1,10 @@
 """Env factories for the membership, lifecycle and command-line tests.
 
 Every factory is a module-level function returning a Gymnasium env, so it travels to local client
-processes by reference and works as ``gym-remote ... --factory tests.factories:NAME``.
+processes by reference and works as ``gym-remote ... --factory tests.envs.factories:NAME``.
 All envs are CartPole-v1 underneath (same spaces), with a :class:`Probe` wrapper on top that exposes
-plain attributes (``index``, ``tag``, ``pid``, ``env_kwargs``) for ``get_attr``.
+plain attributes (``index``, ``tag``, ``pid``, ``env_kwargs``) for ``get_attr``. Plain CartPole is
+:func:`tests.envs.make_cartpole`.
 """
 
 from __future__ import annotations
@@ -66,11 +67,6 @@ class Probe(gym.Wrapper):
                 Path(self.marker).write_text(str(os.getpid()))
             time.sleep(self.stall_seconds)
         return self.env.step(action)
-
-
-def make_cartpole(**kwargs: Any) -> gym.Env:
-    """Plain CartPole-v1 (``kwargs`` go to ``gym.make``)."""
-    return gym.make("CartPole-v1", **kwargs)
 
 
 def make_mountaincar() -> gym.Env:

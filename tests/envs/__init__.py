@@ -1,21 +1,38 @@
-"""Small deterministic test envs for the equivalence tests (imported as ``tests.envs``).
+"""The test suite's envs and env factories (``tests.envs``), shared by every test module.
 
-Everything here is module level, so ``cloudpickle`` ships the env functions to the client
-processes by reference (the clients get the parent's ``sys.path``).
+Everything here and in the submodules is module level, so ``cloudpickle`` ships the env functions to
+the client processes by reference (the clients get the parent's ``sys.path``), and every factory
+works as ``gym-remote client ... --factory tests.envs[.SUBMODULE]:NAME``.
 
+This module holds what many tests use:
+
+* :func:`make_cartpole` builds the real ``CartPole-v1`` (optionally with ``RecordEpisodeStatistics``;
+  keyword arguments such as ``max_episode_steps`` go to ``gym.make``).
 * :func:`make_space` builds a named space from :data:`SPACES` (every space Gymnasium ships, and nestings).
 * :class:`SpaceEnv` is one generic env: it samples observations from its (seeded) observation space,
   draws rewards, terminations and truncations from ``self.np_random`` and reports infos of many exact
   types (see :meth:`SpaceEnv.make_info`), so that ``SyncVectorEnv`` and ``RemoteVectorEnv`` given the
   same seeds and actions must agree on every value.
 * :func:`make_wrapped_env` puts a :class:`SpaceEnv` under Gymnasium wrappers (attributes reached
-  through ``get_wrapper_attr``), :func:`make_cartpole` builds the real ``CartPole-v1``.
+  through ``get_wrapper_attr``); :class:`ActionEchoEnv`, :class:`LooseObsEnv`, :class:`RaisingEnv`,
+  :class:`Counter`, :class:`Napper` ... are small envs with one peculiarity each.
+
+The submodules hold the envs of one group of tests:
+
+* :mod:`tests.envs.factories`: CartPole with readable attributes (``Probe``), broken, failing and
+  stalling factories (membership, lifecycle and command-line tests);
+* :mod:`tests.envs.async_calls`: envs that sleep or raise once on cue (``step_async`` / ``step_wait`` tests);
+* :mod:`tests.envs.faults`: :class:`~tests.envs.faults.CounterEnv`, deterministic in its seed, steps and
+  actions (fault tests);
+* :mod:`tests.envs.partial`: :class:`~tests.envs.partial.TimedEnv`, with a given time per step (partial-batch tests);
+* :mod:`tests.envs.recovery`: envs that fail on demand or at construction (recovery tests).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -332,9 +349,10 @@ def make_wrapped_env(env_id: int = 0, **kwargs: Any) -> gym.Env:
     return env
 
 
-def make_cartpole(record_stats: bool = False) -> gym.Env:
-    """The real ``CartPole-v1``, optionally with ``RecordEpisodeStatistics`` inside."""
-    env = gym.make("CartPole-v1")
+def make_cartpole(record_stats: bool = False, **kwargs: Any) -> gym.Env:
+    """The real ``CartPole-v1``, optionally with ``RecordEpisodeStatistics`` inside (``kwargs`` go to ``gym.make``,
+    e.g. ``max_episode_steps=25``)."""
+    env = gym.make("CartPole-v1", **kwargs)
     if record_stats:
         env = gym.wrappers.RecordEpisodeStatistics(env)
     return env
@@ -528,3 +546,27 @@ class OptionsRequiredEnv(SeedOnlyResetEnv):
 
     def reset(self, seed: int | None, options: dict | None) -> tuple[Any, dict]:  # type: ignore[override]
         return super().reset(seed=seed)
+
+
+class Napper(Counter):
+    """A :class:`Counter` that naps on demand: action 1 sleeps ``NAP_SECONDS`` and ends the episode with
+    ``infos["napped"]``; ``reset(options={"nap": True})`` and :meth:`nap` sleep as long."""
+
+    NAP_SECONDS = 1.0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        if options and options.get("nap"):
+            time.sleep(self.NAP_SECONDS)
+            return *super().reset(seed=seed)[:1], {"napped_in_reset": True}
+        return super().reset(seed=seed)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        observation, reward, terminated, truncated, info = super().step(action)
+        if int(action) == 1:
+            time.sleep(self.NAP_SECONDS)
+            return observation, 1.0, True, truncated, {"napped": self.steps}
+        return observation, reward, terminated, truncated, info
+
+    def nap(self) -> int:
+        time.sleep(self.NAP_SECONDS)
+        return self.steps

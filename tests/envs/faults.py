@@ -1,4 +1,4 @@
-"""Deterministic env factories for the fault tests (``--factory tests.fault_envs:make_counter``).
+"""Deterministic env factories for the fault tests (``--factory tests.envs.faults:make_counter``).
 
 :class:`CounterEnv` makes every value it reports depend on its seed, its step count and the actions it
 was given, so a lost, duplicated or misrouted step (or a reset with the wrong seed) shows up as a

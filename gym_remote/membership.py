@@ -1,0 +1,571 @@
+"""Who serves which slot: the slot table, the waiting line, quarantine, and the rules of a HELLO.
+
+:class:`Membership` owns no socket and calls nothing back. The server hands it what happened (a
+HELLO arrived, a client was lost, a waiter may come in now) and it answers with a decision
+(:class:`Admit` these slots, :class:`Refuse` for this reason, wait in line); the server then does
+the I/O (WELCOME, REFUSE) and tells it what became of it (:meth:`Membership.join`). Everything
+here runs without a network, and is tested so.
+
+Example:
+    >>> import gymnasium as gym
+    >>> from gym_remote.membership import Admit, Membership, Peer
+    >>> members = Membership(2, observation_mode="same", allow_pickle=None)
+    >>> from gym_remote import codec
+    >>> space = codec.space_to_value(gym.spaces.Discrete(3), allow_pickle=False)
+    >>> hello = {"protocol": 2, "num_envs": 2, "name": "sim",
+    ...          "observation_spaces": [space], "observation_space_index": [0, 0],
+    ...          "action_spaces": [space], "action_space_index": [0, 0]}
+    >>> decision = members.hello(b"peer-1", hello, Peer())
+    >>> isinstance(decision, Admit), decision.client.slots
+    (True, [0, 1])
+    >>> members.join(decision.client)
+    >>> members.served, members.empty_slots()
+    (2, [])
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.vector.utils import batch_differing_spaces
+
+from gym_remote import codec, protocol
+from gym_remote.errors import ProtocolError
+from gym_remote.protocol import format_slots
+
+__all__ = ["Admit", "ClientInfo", "LaunchSlot", "Membership", "Peer", "Refuse", "space_mismatch"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class ClientInfo:
+    """What the server knows of one joined client."""
+
+    identity: bytes
+    name: str
+    host: str
+    pid: int
+    session: str
+    slots: list[int]
+    trusted: bool
+    observation_spaces: list[gym.Space]
+    action_spaces: list[gym.Space]
+    metadata: dict[str, Any]
+    render_mode: str | None
+    launch_index: int | None = None
+    peer_address: str = ""
+    key: str = ""  # the name of the CURVE key it authenticated with ("" without authentication)
+    rejoins: int = 0
+    joined_at: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    last_probe: float = 0.0
+    latency: float | None = None
+    steps: int = 0
+    # recv_into targets for the observation leaves, and how to scatter them if slots are not consecutive
+    observation_targets: list[np.ndarray] = field(default_factory=list)
+    slot_slice: slice | None = None
+    slot_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+
+    @property
+    def count(self) -> int:
+        return len(self.slots)
+
+    @property
+    def rows(self) -> slice | np.ndarray:
+        """Indexes the client's rows in a batch array: a slice when its slots are consecutive."""
+        return self.slot_slice if self.slot_slice is not None else self.slot_index
+
+    def describe(self) -> str:
+        return f"client {self.name!r} (slots {format_slots(self.slots)})"
+
+
+@dataclass
+class LaunchSlot:
+    """Slots reserved for a client the learner launched itself, which proves itself with ``token``."""
+
+    index: int
+    first_slot: int
+    count: int
+    token: str
+
+
+@dataclass(frozen=True)
+class Peer:
+    """What libzmq tells of a message's sender: its network address and the name of its CURVE key."""
+
+    address: str = ""
+    key: str = ""
+
+
+@dataclass
+class Admit:
+    """Welcome ``client`` (then :meth:`Membership.join` it once its WELCOME is sent)."""
+
+    client: ClientInfo
+
+
+@dataclass
+class Refuse:
+    """Send REFUSE with ``code`` and ``reason``; ``waiting``: the client keeps its place in line.
+
+    ``launch_index``: the refused client is a launched one (its launcher learns why, ``error`` being
+    the exception the learner raises for it).
+    """
+
+    code: str
+    reason: str
+    waiting: bool = False
+    launch_index: int | None = None
+    error: type[Exception] = RuntimeError
+
+
+@dataclass
+class _Waiter:
+    """A client that found no free slot and waits in line for one."""
+
+    hello: dict[str, Any]
+    peer: Peer
+
+
+class _Refusal(Exception):
+    def __init__(self, code: str, reason: str, error: type[Exception] = RuntimeError) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.error = error
+
+
+_MALFORMED = (ProtocolError, KeyError, TypeError, ValueError, OverflowError)
+"""What parsing a malformed HELLO can raise."""
+
+MAX_REFUSALS_KEPT = 10
+
+
+class Membership:
+    """The slot table of ``num_envs`` slots and the rules by which clients join it.
+
+    Args:
+        num_envs: number of slots.
+        observation_mode: ``"same"``, ``"different"`` or a custom space pair, as in ``SyncVectorEnv``;
+            decides how a client's observation spaces must match the vector's.
+        vector_class: the vector env's class name, in the words of a refusal for spaces.
+        allow_pickle: ``True`` lets remote clients that ask for it use the trusted pickle mode;
+            launched clients are trusted unless this is ``False``.
+        launches: slots reserved for launched clients.
+        max_waiting: longest the waiting line may grow.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        *,
+        observation_mode: Any,
+        vector_class: str = "RemoteVectorEnv",
+        allow_pickle: bool | None,
+        launches: Sequence[LaunchSlot] = (),
+        max_waiting: int = 1024,
+    ) -> None:
+        self.num_envs = num_envs
+        self.observation_mode = observation_mode
+        self.vector_class = vector_class
+        self.allow_pickle = allow_pickle
+        self.max_waiting = max_waiting
+        self.launches = {launch.index: launch for launch in launches}
+        self._reserved = np.zeros(num_envs, dtype=bool)
+        for launch in launches:
+            self._reserved[launch.first_slot : launch.first_slot + launch.count] = True
+        self.slots: list[ClientInfo | None] = [None] * num_envs
+        self.clients: dict[bytes, ClientInfo] = {}
+        self.waiting: dict[bytes, _Waiter] = {}
+        self.quarantined: set[int] = set()  # empty slots no client may take until release()
+        self.slot_epochs = [0] * num_envs
+        self.empty_since = [time.monotonic()] * num_envs
+        self.observation_space: gym.Space | None = None
+        self.action_space: gym.Space | None = None
+        self.refusals: list[str] = []  # the last reasons a HELLO was refused for good
+        self.reset_first = False  # told in WELCOME: new envs start as if their episode had ended
+        self.quarantine_losses = False  # a lost client's slots wait for release() (episodes have started)
+
+    # -- settings ----------------------------------------------------------------------------------
+
+    def set_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        """Fix the vector's single spaces that joining clients must match."""
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+    def start_episodes(self, *, reset_first: bool) -> None:
+        """Episodes run from now on: a lost client's slots are quarantined until their loss is reported,
+        and new clients are told ``reset_first``."""
+        self.quarantine_losses = True
+        self.reset_first = reset_first
+
+    # -- queries -----------------------------------------------------------------------------------
+
+    @property
+    def served(self) -> int:
+        return sum(client is not None for client in self.slots)
+
+    def empty_slots(self, slots: Iterable[int] | None = None) -> list[int]:
+        """The slots (of ``slots``, default all) that have no client."""
+        return [slot for slot in (range(self.num_envs) if slots is None else slots) if self.slots[slot] is None]
+
+    def clients_of(self, slots: Iterable[int]) -> list[ClientInfo]:
+        """The clients serving ``slots``, each once, in slot order."""
+        clients: dict[bytes, ClientInfo] = {}
+        for slot in slots:
+            client = self.slots[slot]
+            if client is not None:
+                clients.setdefault(client.identity, client)
+        return list(clients.values())
+
+    def observation_space_of(self, slot: int) -> gym.Space:
+        """The observation space of the env serving ``slot`` (which must be served)."""
+        client = self.slots[slot]
+        return client.observation_spaces[client.slots.index(slot)]
+
+    def member_with_session(self, session: Any) -> ClientInfo | None:
+        if type(session) is not str or not session:
+            return None
+        session = session[:64]  # as sessions are kept
+        return next((client for client in self.clients.values() if client.session == session), None)
+
+    def previous_member(self, hello: Any) -> ClientInfo | None:
+        """The member a HELLO says it was before it reconnected (its old membership is to end)."""
+        return self.member_with_session(hello.get("previous_session")) if isinstance(hello, dict) else None
+
+    def verified_launch(self, launch: Any) -> int | None:
+        """The index of the launched client whose current token ``launch`` carries, else None."""
+        index = launch.get("index") if isinstance(launch, dict) else None
+        record = self.launches.get(index) if type(index) is int else None
+        if record is None or not hmac.compare_digest(str(launch.get("token", "")), record.token):
+            return None
+        return index
+
+    def can_admit(self) -> bool:
+        """Whether a slot is free for a waiter (not served, not quarantined)."""
+        return any(slot not in self.quarantined for slot in self.empty_slots())
+
+    def spaces_for(self, client: ClientInfo) -> tuple[gym.Space, gym.Space]:
+        """The vector's single spaces as a WELCOME to ``client`` carries them (its own if it is the first)."""
+        if self.observation_space is None:
+            return client.observation_spaces[0], client.action_spaces[0]
+        return self.observation_space, self.action_space
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def parse_hello(self, identity: bytes, version: int, frames: list[bytes]) -> dict[str, Any] | Refuse:
+        """The value of a HELLO (header ``version``, value ``frames``) from ``identity``, or why it is refused."""
+        if version != protocol.PROTOCOL_VERSION:
+            reason = f"protocol version mismatch: the server speaks {protocol.PROTOCOL_VERSION}, the client {version}"
+            return self._refuse_for_good(identity, None, "version", reason)
+        try:
+            hello = protocol.read_value(frames)
+            if not isinstance(hello, dict):
+                raise ProtocolError("HELLO must carry a dict")
+        except _MALFORMED as error:
+            return self._refuse_for_good(identity, None, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
+        return hello
+
+    def refuse_malformed(self, identity: bytes, error: Exception) -> Refuse:
+        """A HELLO that could not even be read (``error``) is refused for good."""
+        return self._refuse_for_good(identity, None, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
+
+    def hello(self, identity: bytes, hello: dict[str, Any], peer: Peer) -> Admit | Refuse:
+        """What to answer the HELLO ``hello`` (see :meth:`parse_hello`) from ``identity``.
+
+        A client that may wait and finds no free slot is put in line (``Refuse(waiting=True)``).
+        """
+        try:
+            return Admit(self._admit(identity, hello, peer))
+        except _Refusal as refusal:
+            if refusal.code == "full" and hello.get("wait"):
+                return self._queue(identity, hello, peer, str(refusal))
+            return self._refuse_for_good(identity, hello, refusal.code, str(refusal), refusal.error)
+        except _MALFORMED as error:
+            return self._refuse_for_good(identity, None, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
+
+    def admit_waiter(self, identity: bytes) -> Admit | Refuse | None:
+        """What to answer the waiter ``identity`` now that slots may be free (None: it keeps waiting)."""
+        waiter = self.waiting.get(identity)
+        if waiter is None:
+            return None
+        try:
+            return Admit(self._admit(identity, waiter.hello, waiter.peer))
+        except _Refusal as refusal:
+            if refusal.code == "full":
+                return None
+            return self._refuse_for_good(identity, waiter.hello, refusal.code, str(refusal), refusal.error)
+        except _MALFORMED as error:
+            return self._refuse_for_good(identity, None, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
+
+    def join(self, client: ClientInfo) -> None:
+        """``client``'s WELCOME went out: it serves its slots now (the first client brings the spaces)."""
+        self.waiting.pop(client.identity, None)
+        if self.observation_space is None:
+            self.set_spaces(client.observation_spaces[0], client.action_spaces[0])
+        self.clients[client.identity] = client
+        for slot in client.slots:
+            self.slots[slot] = client
+            self.slot_epochs[slot] += 1
+
+    def lose(self, identity: bytes) -> ClientInfo | None:
+        """The client ``identity`` is gone: its slots are empty (quarantined, once episodes run)."""
+        client = self.clients.pop(identity, None)
+        if client is None:
+            return None
+        now = time.monotonic()
+        for slot in client.slots:
+            if self.slots[slot] is client:
+                self.slots[slot] = None
+                self.empty_since[slot] = now
+        if self.quarantine_losses:
+            self.quarantined.update(client.slots)
+        return client
+
+    def leave_line(self, identity: bytes) -> bool:
+        """The waiter ``identity`` left (or cannot be reached): it gives up its place. False if it was not waiting."""
+        return self.waiting.pop(identity, None) is not None
+
+    def release(self, slots: Iterable[int]) -> None:
+        """Let joining clients (and those waiting in line) take ``slots`` again."""
+        self.quarantined.difference_update(slots)
+
+    def clear(self) -> None:
+        """Forget every member and waiter (the server closed)."""
+        self.clients.clear()
+        self.waiting.clear()
+        self.slots = [None] * self.num_envs
+
+    # -- observability -----------------------------------------------------------------------------
+
+    def stats(self) -> list[dict[str, Any]]:
+        """One dict per slot: who serves it and how well (see ``RemoteVectorEnv.stats``)."""
+        now = time.monotonic()
+        rows = []
+        for slot, client in enumerate(self.slots):
+            row: dict[str, Any] = {"slot": slot, "epoch": self.slot_epochs[slot], "served": client is not None}
+            if client is None:
+                row["empty_for"] = now - self.empty_since[slot]
+            else:
+                row.update(
+                    client=client.name,
+                    host=client.host,
+                    pid=client.pid,
+                    address=client.peer_address,
+                    key=client.key,
+                    session=client.session,
+                    local=client.launch_index is not None,
+                    steps=client.steps,
+                    last_seen=now - client.last_seen,
+                    latency=client.latency,
+                    connected_for=now - client.joined_at,
+                    rejoins=client.rejoins,
+                )
+            rows.append(row)
+        return rows
+
+    def empty_slots_message(self, timeout: float, what: str, empty: list[int], address: str) -> str:
+        """The error text for a wait on ``empty`` slots that ran out after ``timeout`` seconds."""
+        now = time.monotonic()
+        longest = max(now - self.empty_since[slot] for slot in empty)
+        hint = f"; clients refused: {'; '.join(self.refusals[-3:])}" if self.refusals else ""
+        return (
+            f"timed out after {timeout:g} s waiting for clients to serve {what}: slots {format_slots(empty)} "
+            f"have no client (empty for up to {longest:.1f} s); {self.served} of {self.num_envs} slots are "
+            f"served; clients connect to {address}{hint}"
+        )
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _queue(self, identity: bytes, hello: dict[str, Any], peer: Peer, reason: str) -> Refuse:
+        if identity not in self.waiting:
+            if len(self.waiting) >= self.max_waiting:
+                return self._refuse_for_good(
+                    identity, hello, "full", f"{reason}, and the waiting line is full ({len(self.waiting)})"
+                )
+            self.waiting[identity] = _Waiter(hello, peer)
+            logger.info(
+                "no free slot for client %r; it waits in line (%d waiting)", hello.get("name"), len(self.waiting)
+            )
+        position = list(self.waiting).index(identity) + 1
+        return Refuse("full", f"{reason}; waiting in line at position {position}", waiting=True)
+
+    def _refuse_for_good(
+        self, identity: bytes, hello: Any, code: str, reason: str, error: type[Exception] = RuntimeError
+    ) -> Refuse:
+        self.waiting.pop(identity, None)
+        self.refusals.append(reason)
+        del self.refusals[:-MAX_REFUSALS_KEPT]
+        index = self.verified_launch(hello.get("launch")) if isinstance(hello, dict) else None
+        return Refuse(code, reason, launch_index=index, error=error)
+
+    def _admit(self, identity: bytes, hello: dict[str, Any], peer: Peer) -> ClientInfo:
+        if type(hello.get("protocol")) is not int or hello["protocol"] != protocol.PROTOCOL_VERSION:
+            raise _Refusal(
+                "version",
+                f"protocol version mismatch: the server speaks {protocol.PROTOCOL_VERSION}, "
+                f"the client {hello.get('protocol')}",
+            )
+        count = hello["num_envs"]
+        if type(count) is not int or not 1 <= count <= protocol.MAX_ENVS_PER_CLIENT:
+            raise ProtocolError(f"num_envs must be an int from 1 to {protocol.MAX_ENVS_PER_CLIENT}")
+        pid, rejoins, metadata = hello.get("pid", 0), hello.get("rejoins", 0), hello.get("metadata") or {}
+        if type(pid) is not int or type(rejoins) is not int or not isinstance(metadata, dict):
+            raise ProtocolError("pid and rejoins must be ints, metadata a dict")
+        render_mode = hello.get("render_mode")
+        launch_index, trusted = self._check_launch(hello.get("launch"))
+        if launch_index is None and self._reserved.all():
+            raise _Refusal("private", "this server serves only the local clients it started itself")
+        if self.observation_space is None and self.launches and launch_index != 0:
+            # With launched clients, env_fns[0] defines the spaces (as in SyncVectorEnv): wait for it.
+            raise _Refusal("full", "the spaces are not known yet: waiting for the client serving slot 0")
+        if not trusted and self.allow_pickle is True and hello.get("allow_pickle") is True:
+            trusted = True
+        if trusted and hello.get("metadata_pickle"):
+            metadata = {**metadata, **_unpickle_metadata(hello["metadata_pickle"])}
+        observation_spaces = _spaces_per_env(hello, "observation", count, trusted)
+        action_spaces = _spaces_per_env(hello, "action", count, trusted)
+        self._check_spaces(observation_spaces, action_spaces)
+        if launch_index is not None:
+            launch = self.launches[launch_index]
+            if count != launch.count:
+                raise _Refusal("invalid", f"launched client {launch_index} hosts {count} envs, expected {launch.count}")
+            slots = list(range(launch.first_slot, launch.first_slot + count))
+            if self.empty_slots(slots) != slots or self.quarantined.intersection(slots):
+                raise _Refusal("full", f"the slots of launched client {launch_index} are not free yet")
+        else:
+            slots = self._free_slots(count)
+        return ClientInfo(
+            identity=identity,
+            name=str(hello.get("name", "?"))[:200],
+            host=str(hello.get("host", "?"))[:200],
+            pid=pid,
+            session=str(hello.get("session", ""))[:64],
+            slots=slots,
+            trusted=trusted,
+            observation_spaces=observation_spaces,
+            action_spaces=action_spaces,
+            metadata=metadata,
+            render_mode=render_mode if isinstance(render_mode, str) else None,
+            launch_index=launch_index,
+            peer_address=peer.address,
+            key=peer.key,
+            rejoins=rejoins,
+        )
+
+    def _check_launch(self, launch: Any) -> tuple[int | None, bool]:
+        """The launch index of a launched client (None for others) and whether it is trusted."""
+        if launch is None:
+            return None, False
+        index = self.verified_launch(launch)
+        if index is None:
+            raise _Refusal("invalid", "the client claims to be a launched client, but its launch token is wrong")
+        return index, self.allow_pickle is not False
+
+    def _check_spaces(self, observation_spaces: list[gym.Space], action_spaces: list[gym.Space]) -> None:
+        reference_obs = self.observation_space if self.observation_space is not None else observation_spaces[0]
+        reference_act = self.action_space if self.action_space is not None else action_spaces[0]
+        for index, (obs_space, act_space) in enumerate(zip(observation_spaces, action_spaces, strict=True)):
+            mismatch = space_mismatch(
+                self.observation_mode, reference_obs, reference_act, obs_space, act_space, self.vector_class
+            )
+            if mismatch is not None:
+                kind, reason = mismatch
+                raise _Refusal("spaces", f"{reason} (the client's env {index})", kind)
+
+    def _free_slots(self, count: int) -> list[int]:
+        open_slots = int(np.count_nonzero(~self._reserved))
+        if count > open_slots:  # it could never fit: waiting in line would be forever
+            raise _Refusal(
+                "invalid",
+                f"this client offers {count} envs, more than the {open_slots} slots the vector has for clients "
+                f"that join (of its {self.num_envs} slots)",
+            )
+        free = [
+            slot
+            for slot in range(self.num_envs)
+            if self.slots[slot] is None and not self._reserved[slot] and slot not in self.quarantined
+        ]
+        if len(free) < count:
+            raise _Refusal(
+                "full",
+                f"no free slot: the vector has {self.num_envs} slots and {len(free)} are free, "
+                f"this client offers {count} envs",
+            )
+        for start in range(len(free) - count + 1):  # prefer consecutive slots (received in place)
+            if free[start + count - 1] - free[start] == count - 1:
+                return free[start : start + count]
+        return free[:count]
+
+
+def space_mismatch(
+    observation_mode: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    env_observation_space: gym.Space,
+    env_action_space: gym.Space,
+    vector_class: str = "RemoteVectorEnv",
+) -> tuple[type[Exception], str] | None:
+    """Whether an env's spaces do not fit the vector's, as ``SyncVectorEnv`` checks its envs'.
+
+    Returns None if they fit, else the exception class ``SyncVectorEnv`` raises and its message, with
+    ``vector_class`` where Gymnasium names its own class (with ``observation_mode="different"``, what
+    ``batch_differing_spaces`` raises for the pair).
+    """
+    if observation_mode == "same":
+        if env_observation_space != observation_space:
+            return RuntimeError, (
+                f"{vector_class}(..., observation_mode='same') however the sub-environments observation spaces are "
+                f"not equivalent. single_observation_space={observation_space}, sub-environment "
+                f"observation_space={env_observation_space}. If this is intentional, use "
+                "`observation_mode='different'` instead."
+            )
+    else:
+        if observation_mode == "different":
+            try:
+                batch_differing_spaces([observation_space, env_observation_space])
+            except (TypeError, ValueError, AssertionError) as error:
+                return type(error), str(error)
+        if not is_space_dtype_shape_equiv(env_observation_space, observation_space):
+            return RuntimeError, (
+                f"{vector_class}(..., observation_mode='different' or custom space) however the sub-environments "
+                "observation spaces do not share a common shape and dtype, single_observation_space="
+                f"{observation_space}, sub-environment observation space={env_observation_space}"
+            )
+    if env_action_space != action_space:
+        return RuntimeError, (
+            "Sub-environment action space doesn't make the `single_action_space`, "
+            f"action_space={env_action_space}, single_action_space={action_space}"
+        )
+    return None
+
+
+def _unpickle_metadata(data: Any) -> dict[str, Any]:
+    """The pickled metadata entries of a trusted client."""
+    try:
+        metadata = cloudpickle.loads(data)
+    except Exception as error:  # a malformed pickle can raise anything
+        raise ProtocolError(f"metadata_pickle does not unpickle: {type(error).__name__}: {error}") from None
+    if not isinstance(metadata, dict):
+        raise ProtocolError("metadata_pickle must hold a dict")
+    return metadata
+
+
+def _spaces_per_env(hello: dict[str, Any], which: str, count: int, trusted: bool) -> list[gym.Space]:
+    distinct = hello[f"{which}_spaces"]
+    index = hello[f"{which}_space_index"]
+    if type(distinct) is not list or type(index) is not list or len(index) != count:
+        raise ProtocolError(f"{which}_spaces / {which}_space_index do not describe {count} envs")
+    decoded = [codec.space_from_value(value, allow_pickle=trusted) for value in distinct]
+    if any(type(position) is not int or not 0 <= position < len(decoded) for position in index):
+        raise ProtocolError(f"{which}_space_index refers to a space that is not there")
+    return [decoded[position] for position in index]
