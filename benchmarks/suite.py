@@ -1,6 +1,6 @@
 """The benchmark suite: RemoteVectorEnv against Gymnasium's SyncVectorEnv and AsyncVectorEnv, every case.
 
-    python benchmarks/suite.py [--quick] [--repeats 3] [--cases cartpole,busy,frames,floor,scaling,partial]
+    python benchmarks/suite.py [--quick] [--repeats 3] [--cases cartpole,busy,frames,floor,training,scaling,partial]
 
 Prints a table per case, and writes the raw results as JSON (and, with matplotlib installed,
 ``pip install "gymnasium-remote[bench]"``, a plot) to ``benchmarks/results/``. Every figure is the
@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import partial_batches as partial_case
+import raw_transports
 import zmq
 from common import interleaved_medians, lock_step_rate
 from echo import echo_steps_per_second
@@ -161,8 +163,62 @@ def transport_floor(steps: int, repeats: int) -> Case:
                     ),
                     measure,
                 )
+        if raw_transports.available():  # below ZeroMQ: what a same-host data plane could reach
+            for name, function in (
+                ("uds", raw_transports.uds_steps_per_second),
+                ("shm", raw_transports.shm_steps_per_second),
+            ):
+                label = f"raw {name}, {clients} client{'s' if clients > 1 else ''}"
+                cases[label] = (
+                    lambda function=function, clients=clients: _Rate(function, clients, 8 // clients, 16, 8, steps),
+                    lambda rate: rate(),
+                )
     case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     case.baseline = next(iter(case.medians))
+    return case
+
+
+class _Trainer:
+    """A CPU-bound "trainer" in the learner's process while a vector env steps: a thread multiplying
+    matrices (numpy releases the GIL, as torch does), which keeps one core busy."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._train, daemon=True)
+
+    def _train(self) -> None:
+        rng = np.random.default_rng(0)
+        a, b = rng.random((192, 192)), rng.random((192, 192))
+        while not self._stop.is_set():
+            a = np.tanh(a @ b)
+
+    def __enter__(self) -> _Trainer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def while_training(steps: int, repeats: int) -> Case:
+    """CartPole, 8 envs, stepped while a trainer thread keeps a core busy in the learner's process:
+    Sync, Async, and RemoteVectorEnv with 1 local client, with its default ``spin`` and with ``spin=0``.
+    A wake-up scheme that wins on an idle machine and collapses next to training shows here."""
+    case = Case(
+        "training", "CartPole-v1, 8 envs, while a trainer thread keeps a core busy", "env-steps/s", "AsyncVectorEnv"
+    )
+    plain = lock_step_rate(steps, max(20, steps // 10))
+
+    def measure(envs: gym.vector.VectorEnv) -> float:
+        with _Trainer():
+            return plain(envs)
+
+    makers = vector_envs(lambda: gym.make("CartPole-v1"), 8)
+    cases = {label: (makers[label], measure) for label in ("SyncVectorEnv", "AsyncVectorEnv", "Remote ipc, 1 client")}
+    env_fns = [lambda: gym.make("CartPole-v1")] * 8
+    cases["Remote ipc, 1 client, spin=0"] = (lambda: RemoteVectorEnv(env_fns, num_clients=1, spin=0.0), measure)
+    case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     return case
 
 
@@ -313,7 +369,7 @@ def plot(cases: dict[str, Case], path: Path) -> bool:
     return True
 
 
-ALL_CASES = ("cartpole", "busy", "frames", "floor", "scaling", "partial")
+ALL_CASES = ("cartpole", "busy", "frames", "floor", "training", "scaling", "partial")
 
 
 def main() -> None:
@@ -358,6 +414,7 @@ def main() -> None:
             (84 * 84 * 4, 8),
         ),
         "floor": lambda: transport_floor(int(4000 * scale), repeats),
+        "training": lambda: while_training(int(4000 * scale), repeats),
         "scaling": lambda: scaling(int(8000 * scale), repeats, sizes),
         "partial": lambda: partial(1.0 if args.quick else 3.0, repeats),
     }

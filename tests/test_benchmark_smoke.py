@@ -40,7 +40,7 @@ def test_the_suite_runs_and_writes_its_results(tmp_path):
             str(BENCHMARKS / "suite.py"),
             "--quick",
             "--cases",
-            "floor,partial",
+            "floor,training,partial",
             "--output",
             str(tmp_path),
         ],
@@ -50,11 +50,16 @@ def test_the_suite_runs_and_writes_its_results(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     [report] = [json.loads(path.read_text()) for path in tmp_path.glob("suite-*.json")]
-    assert [case["name"] for case in report["cases"]] == ["floor", "partial"]
+    assert [case["name"] for case in report["cases"]] == ["floor", "training", "partial"]
     floor = report["cases"][0]["medians"]
     assert {"raw echo ipc, 1 client", "Remote ipc, 1 client", "raw echo tcp, 1 client", "Remote tcp, 1 client"} <= set(
         floor
     )
+    if sys.platform.startswith("linux"):  # the floors below ZeroMQ: a Unix socket, shared memory and eventfds
+        assert {"raw uds, 1 client", "raw shm, 1 client"} <= set(floor), sorted(floor)
     assert all(value > 0 for value in floor.values())
+    training = report["cases"][1]["medians"]
+    assert set(training) == {"SyncVectorEnv", "AsyncVectorEnv", "Remote ipc, 1 client", "Remote ipc, 1 client, spin=0"}
+    assert all(value > 0 for value in training.values())
     assert {target["target"].split(",")[0] for target in report["targets"]} >= {"transport floor", "partial batches"}
     assert "Targets (ratios measured in this run)" in result.stdout
