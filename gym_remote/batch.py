@@ -185,17 +185,17 @@ class Landing:
         self.batch = batch
         self.plan_of = plan_of
         self.arrivals = arrivals
+        # of the RESULT being received, from targets() to land(): its slots, whether they are all of
+        # its client's, and the arrays its observation frames went into
+        self._slots: list[int] = []
+        self._whole = True
         self._scratch: list[np.ndarray] = []
 
-    def _slots(self, client: ClientInfo) -> tuple[list[int], bool]:
-        """The slots a RESULT of ``client`` answers for, and whether they are all of its slots."""
-        plan = self.plan_of(client) if self.plan_of is not None else None
-        if plan is None or plan.indexes is None:
-            return client.slots, True
-        return plan.slots, False
-
     def targets(self, client: ClientInfo, header: protocol.Header) -> list[np.ndarray]:
-        slots, whole = self._slots(client)
+        plan = self.plan_of(client) if self.plan_of is not None else None
+        whole = plan is None or plan.indexes is None
+        slots = self._slots = client.slots if whole else plan.slots
+        self._whole = whole
         if header.count != len(slots):
             raise ProtocolError(f"RESULT for {header.count} envs, the command was for {len(slots)}")
         if whole:
@@ -205,8 +205,7 @@ class Landing:
         return self._scratch
 
     def land(self, client: ClientInfo, header: protocol.Header, scalars: bytes | None, value: Any) -> None:
-        batch = self.batch
-        slots, whole = self._slots(client)
+        batch, slots, whole = self.batch, self._slots, self._whole
         rewards, terminations, truncations = protocol.parse_result_scalars(scalars, len(slots))
         rows = client.rows if whole else np.asarray(slots, dtype=np.intp)
         if value is not None:

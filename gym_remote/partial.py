@@ -212,13 +212,6 @@ class PartialBatches:
         """The first ``size`` READY results, as ``recv`` returns them."""
         return self.batch.take(self.table.take_ready(size))
 
-    def abandon(self) -> None:
-        """Drop every command in flight (their late replies are then ignored) and park nothing: all IDLE."""
-        for exchange in self.table.in_flight.values():
-            self.server.abandon(exchange)
-        self.table.clear()
-        self.reports_loss[:] = False
-
     def dispatch_parked(self) -> None:
         """Send the parked commands of the slots that have a client now."""
         owners = self.server.members.slots

@@ -23,7 +23,7 @@ from gym_remote.episodes import Episodes
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteTimeoutError
 from gym_remote.launch import Launcher, LocalClients
 from gym_remote.partial import PartialBatches, format_outstanding
-from gym_remote.protocol import HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY, Kind
+from gym_remote.protocol import HAS_ATTR_QUERY, NO_OPTIONS, Kind
 from gym_remote.security import (
     DEFAULT_HANDSHAKE_RATE,
     AuthorizedKeys,
@@ -276,9 +276,7 @@ class RemoteVectorEnv(VectorEnv):
             bind = bind or (launcher.default_bind if launcher is not None else None) or "tcp://127.0.0.1:*"
             launched = launcher is not None and bool(launcher.launches)
             options = self.security
-            server_security, local_security = _security(
-                bind, options.server_key, options.authorized_keys, options.secret, options.insecure, launched
-            )
+            curve, local_security = _security(bind, options, launched)
             self._server = SlotServer(
                 bind,
                 self.num_envs,
@@ -290,7 +288,7 @@ class RemoteVectorEnv(VectorEnv):
                 liveness_timeout=liveness_timeout,
                 max_message_bytes=options.max_message_bytes,
                 name=name,
-                security=server_security,
+                security=curve,
                 max_connections=options.max_connections,
                 handshake_rate=options.handshake_rate,
                 spin=spin,
@@ -317,10 +315,7 @@ class RemoteVectorEnv(VectorEnv):
             return
         what = "the local clients" if isinstance(launcher, LocalClients) else "the launched clients"
         server.wait_for_slots(self.connect_timeout, reserved, what=what)
-        first = server.members.slots[0]
-        if first is not None and self._single_observation_space is None:
-            self._set_spaces(first.observation_spaces[0], first.action_spaces[0])
-        self._drain_events()
+        self._drain_events()  # the first to join, slot 0's client (the others wait for it), brings the spaces
 
     def _drain_events(self) -> None:
         """Take in what the server saw happen during its last wait: joins and losses of clients."""
@@ -765,11 +760,6 @@ class RemoteVectorEnv(VectorEnv):
         """Whether each sub-env of ``slots`` has the attribute ``name`` (through wrappers); nothing is called."""
         return self._call_command(slots, {"name": name, "query": HAS_ATTR_QUERY}, f"has_attr({name!r})")
 
-    def wrapper_names(self, slots: Iterable[int] | None = None) -> tuple[list[str], ...]:
-        """Each sub-env's wrapper classes (of ``slots``, default all), outermost first, as
-        ``"module.QualifiedName"`` strings (classes do not travel)."""
-        return self.call_slots(range(self.num_envs) if slots is None else slots, WRAPPERS_QUERY)
-
     def _call_command(self, slots: Iterable[int], command: dict[str, Any], what: str) -> tuple[Any, ...]:
         self._check_no_call("call")
         return self._call_clients(Kind.CALL, lambda plan: command, what, slots)
@@ -1083,24 +1073,20 @@ def _release(server: SlotServer | None, launcher: Launcher | None, timeout: floa
 
 
 def _security(
-    bind: str,
-    server_key: KeySource | None,
-    authorized_keys: KeySource | Iterable[KeySource] | None,
-    secret: str | bytes | None,
-    insecure: bool,
-    launched: bool,
+    bind: str, options: SecurityOptions, launched: bool
 ) -> tuple[ServerSecurity | None, ClientSecurity | None]:
-    """The server's security, and the keys of the local clients it launches.
+    """The server's security on ``bind`` from ``options``, and the keys of the clients its launcher
+    starts with reserved slots (``launched``).
 
     Local clients prove themselves with a random token per process; they also get a key pair of their
     own when the server uses CURVE, which it always does on a non-loopback address.
     """
     check_endpoint(bind, "bind", binding=True)
-    security = server_security(server_key, authorized_keys, secret)
+    security = server_security(options.server_key, options.authorized_keys, options.secret)
     if security is None and launched and not is_local_endpoint(bind):
         security = ServerSecurity(KeyPair.generate(), AuthorizedKeys(), "local clients only")
     if security is None and not is_local_endpoint(bind):
-        if not insecure:
+        if not options.insecure:
             raise ValueError(
                 f"bind={bind!r} is reachable from other machines, and the server has no authentication: anyone "
                 "who reaches it could serve slots and read the traffic. Give server_key and authorized_keys "

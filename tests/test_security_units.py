@@ -29,6 +29,7 @@ from gym_remote.security import (
     ClientSecurity,
     Gatekeeper,
     KeyPair,
+    SecurityOptions,
     ServerSecurity,
     client_security,
     create_key_files,
@@ -507,33 +508,33 @@ def test_endpoints_reachable_from_elsewhere(endpoint):
 
 
 def test_launched_clients_on_a_network_bind_get_ephemeral_curve():
-    server, local = _security("tcp://0.0.0.0:5555", None, None, None, False, True)
+    server, local = _security("tcp://0.0.0.0:5555", SecurityOptions(), True)
     assert isinstance(server, ServerSecurity) and server.how == "local clients only"
     assert zmq.curve_public(server.keys.secret) == server.keys.public
     assert isinstance(local, ClientSecurity)
     assert local.server_public == server.keys.public
     assert server.authorized.lookup(local.keys.public) == "local"
     assert len(server.authorized) == 1
-    again, _ = _security("tcp://0.0.0.0:5555", None, None, None, False, True)
+    again, _ = _security("tcp://0.0.0.0:5555", SecurityOptions(), True)
     assert again.keys != server.keys  # a fresh pair each time
 
 
 def test_network_bind_without_security_or_launched_clients_is_refused(caplog):
     with pytest.raises(ValueError, match="insecure"):
-        _security("tcp://0.0.0.0:5555", None, None, None, False, False)
+        _security("tcp://0.0.0.0:5555", SecurityOptions(), False)
     with caplog.at_level(logging.WARNING, logger="gym_remote"):
-        assert _security("tcp://0.0.0.0:5555", None, None, None, True, False) == (None, None)
+        assert _security("tcp://0.0.0.0:5555", SecurityOptions(insecure=True), False) == (None, None)
     assert any("insecure=True" in record.getMessage() for record in caplog.records), caplog.records
 
 
 @pytest.mark.parametrize("bind", ["tcp://127.0.0.1:*", "ipc:///tmp/x/server"])
 def test_loopback_without_security_stays_plain(bind):
-    assert _security(bind, None, None, None, False, False) == (None, None)
-    assert _security(bind, None, None, None, False, True) == (None, None)
+    assert _security(bind, SecurityOptions(), False) == (None, None)
+    assert _security(bind, SecurityOptions(), True) == (None, None)
 
 
 def test_launched_clients_with_a_secret_get_a_key_of_their_own():
-    server, local = _security("tcp://127.0.0.1:*", None, None, LONG_SECRET, False, True)
+    server, local = _security("tcp://127.0.0.1:*", SecurityOptions(secret=LONG_SECRET), True)
     assert server.how == "secret"
     assert local.server_public == server.keys.public
     assert server.authorized.lookup(local.keys.public) == "local"
