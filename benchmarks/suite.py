@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import bench_envs
 import cloudpickle
@@ -31,8 +32,9 @@ import raw_transports
 import zmq
 from common import interleaved_medians, lock_step_rate
 from echo import echo_steps_per_second
+from pipe_workers import PipeWorkers
 
-from gym_remote import RemoteVectorEnv
+from gym_remote import RemoteVectorEnv, channel
 from gym_remote.server import default_spin
 
 for module in (bench_envs, partial_case):  # local client processes cannot import this folder: send the code
@@ -57,9 +59,29 @@ class Case:
         return {label: value / self.medians[self.baseline] for label, value in self.medians.items()}
 
 
+def transports() -> tuple[str, ...]:
+    """RemoteVectorEnv's transports to local clients: ``uds``, the same-host data plane (Unix sockets; Linux
+    only), and ZeroMQ with the data plane off, over ``ipc://`` and over ``tcp://`` loopback."""
+    return ("uds", "ipc", "tcp") if channel.AVAILABLE else ("ipc", "tcp")
+
+
+def remote(env_fns: list[Callable[[], gym.Env]], transport: str, **kwargs: Any) -> RemoteVectorEnv:
+    """A RemoteVectorEnv with local clients over ``transport`` (of :func:`transports`), checked: every slot's
+    commands travel over the plane the label says (``uds``, or ZeroMQ for ``ipc`` and ``tcp``)."""
+    bind = "tcp://127.0.0.1:*" if transport == "tcp" else None
+    envs = RemoteVectorEnv(env_fns, bind=bind, data_plane=transport == "uds", **kwargs)
+    expected = "uds" if transport == "uds" else "zmq"
+    planes = {row.get("plane") for row in envs.stats()}
+    if planes != {expected}:
+        envs.close()
+        raise RuntimeError(f"Remote {transport}: slots on planes {sorted(map(str, planes))}, expected {expected!r}")
+    return envs
+
+
 def vector_envs(make_env: Callable[[], gym.Env], num_envs: int) -> dict[str, Callable[[], gym.vector.VectorEnv]]:
     """The vector envs every case compares: Sync, Async with shared memory, and RemoteVectorEnv with
-    local clients over ipc and tcp loopback, 1 client, one per core, and one per env."""
+    local clients over the same-host data plane (uds) and over ZeroMQ (ipc, tcp loopback), each with
+    1 client, one per core, and one per env."""
     env_fns = [make_env] * num_envs
     layouts = {"1 client": 1, f"{min(CORES, num_envs)} clients (1/core)": min(CORES, num_envs)}
     layouts[f"{num_envs} clients (1/env)"] = num_envs
@@ -67,11 +89,10 @@ def vector_envs(make_env: Callable[[], gym.Env], num_envs: int) -> dict[str, Cal
         "SyncVectorEnv": lambda: gym.vector.SyncVectorEnv(env_fns),
         "AsyncVectorEnv": lambda: gym.vector.AsyncVectorEnv(env_fns, shared_memory=True),
     }
-    for transport in ("ipc", "tcp"):
+    for transport in transports():
         for layout, clients in layouts.items():
-            bind = "tcp://127.0.0.1:*" if transport == "tcp" else None
-            makers[f"Remote {transport}, {layout}"] = lambda clients=clients, bind=bind: RemoteVectorEnv(
-                env_fns, num_clients=clients, bind=bind
+            makers[f"Remote {transport}, {layout}"] = lambda clients=clients, transport=transport: remote(
+                env_fns, transport, num_clients=clients
             )
     return makers
 
@@ -84,13 +105,16 @@ def compare(
     steps: int,
     repeats: int,
     message_bytes: tuple[int, int] | None = None,
+    references: dict[str, Callable[[], gym.vector.VectorEnv]] | None = None,
 ) -> Case:
-    """Every vector env of :func:`vector_envs` stepping ``make_env``'s env. With ``message_bytes``
-    (observation and action bytes per env), also the raw echo of those messages with one client: the
-    transport alone, what a RemoteVectorEnv without any cost of its own would add to the envs' steps."""
+    """Every vector env of :func:`vector_envs` stepping ``make_env``'s env, and the vector envs of
+    ``references``, measured the same way. With ``message_bytes`` (observation and action bytes per
+    env), also the raw ZeroMQ echo of those messages with one client: the transport alone, what a
+    RemoteVectorEnv over ZeroMQ without any cost of its own would add to the envs' steps."""
     case = Case(name, title, "env-steps/s", "AsyncVectorEnv")
     measure = lock_step_rate(steps, max(20, steps // 10))
-    cases = {label: (make, measure) for label, make in vector_envs(make_env, num_envs).items()}
+    makers = {**vector_envs(make_env, num_envs), **(references or {})}
+    cases = {label: (make, measure) for label, make in makers.items()}
     if message_bytes is not None:
         address = f"ipc://{tempfile.mkdtemp(prefix='gym-remote-echo-')}/echo"
         cases[ECHO] = echo_case(1, num_envs, message_bytes, steps, address, default_spin(1))
@@ -125,53 +149,65 @@ def echo_case(
     )
 
 
+def pipe_workers_label(workers: int) -> str:
+    return f"plain workers over pipes, {workers} worker{'s' if workers > 1 else ''}"
+
+
 def smoke(steps: int = 1500, repeats: int = 3) -> Case:
     """The regression guard the tests run: CartPole, 8 envs, AsyncVectorEnv against RemoteVectorEnv
-    with one local client (over ipc and over tcp), a few seconds in all."""
+    with one local client (over the same-host data plane, where there is one, and over ZeroMQ ipc),
+    a few seconds in all."""
     makers = vector_envs(lambda: gym.make("CartPole-v1"), 8)
     measure = lock_step_rate(steps, 100)
-    chosen = ("AsyncVectorEnv", "Remote ipc, 1 client", "Remote tcp, 1 client")
+    chosen = ("AsyncVectorEnv", *(f"Remote {transport}, 1 client" for transport in transports() if transport != "tcp"))
     case = Case("smoke", "CartPole-v1, 8 envs (smoke)", "env-steps/s", "AsyncVectorEnv")
     case.medians = interleaved_medians({label: (makers[label], measure) for label in chosen}, repeats, runs=case.runs)
     return case
 
 
 def transport_floor(steps: int, repeats: int) -> Case:
-    """A zero-cost env against a raw pyzmq echo of the same messages, 1 client hosting 8 envs and 2 hosting 4.
+    """A zero-cost env against a raw pyzmq echo of the same messages, 1 client hosting 8 envs and one
+    client per core sharing them.
 
-    Each pair waits for replies the same way: RemoteVectorEnv's default ``spin`` busy-checks for them
-    when a core is left for it (1 client here), and so does its echo; with 1 client the pair that
-    sleeps in libzmq (``spin=0``) is measured too.
+    Each ZeroMQ pair (RemoteVectorEnv with the data plane off, over ipc and tcp, and its echo) waits for
+    replies the same way: RemoteVectorEnv's default ``spin`` busy-checks for them when a core is left for
+    it (1 client here), and so does its echo; with 1 client the pair that sleeps in libzmq (``spin=0``)
+    is measured too. On Linux RemoteVectorEnv over the same-host data plane (uds, default spin and
+    ``spin=0``) stands next to the raw floors below ZeroMQ: a Unix socket and shared memory.
     """
-    case = Case("floor", "Transport floor: zero-cost env (8 envs) against a raw pyzmq echo", "env-steps/s", "")
+    case = Case(
+        "floor", "Transport floor: zero-cost env (8 envs) against raw echoes of its messages", "env-steps/s", ""
+    )
     measure = lock_step_rate(steps, max(20, steps // 10))
     workdir = tempfile.mkdtemp(prefix="gym-remote-echo-")
+    raw = {"raw uds": raw_transports.uds_steps_per_second, "raw shm": raw_transports.shm_steps_per_second}
+    # each ZeroMQ layout next to its raw pyzmq echo; the data plane (uds) between the raw floors below ZeroMQ
+    order = ["ipc", "tcp"] + (
+        ["raw uds", *(["uds"] if "uds" in transports() else []), "raw shm"] if raw_transports.available() else []
+    )
     cases = {}
     for clients in (1, CORES):
         spin_by_default = default_spin(clients)
-        for transport in ("ipc", "tcp"):
-            for spin in sorted({spin_by_default, 0.0}, reverse=True):
-                address = f"ipc://{workdir}/echo-{clients}" if transport == "ipc" else "tcp://127.0.0.1:*"
-                bind = None if transport == "ipc" else "tcp://127.0.0.1:*"
-                label = f"{transport}, {clients} client{'s' if clients > 1 else ''}" + (
-                    ", spin=0" if spin != spin_by_default else ""
+        layout = f"{clients} client{'s' if clients > 1 else ''}"
+        for transport in order:
+            if transport.startswith("raw "):  # blocks in the kernel, never spins
+                cases[f"{transport}, {layout}"] = (
+                    lambda function=raw[transport], clients=clients: _Rate(
+                        function, clients, 8 // clients, 16, 8, steps
+                    ),
+                    lambda rate: rate(),
                 )
-                cases[f"raw echo {label}"] = echo_case(clients, 8 // clients, (16, 8), steps, address, spin)
+                continue
+            for spin in sorted({spin_by_default, 0.0}, reverse=True):
+                label = f"{transport}, {layout}" + (", spin=0" if spin != spin_by_default else "")
+                if transport != "uds":
+                    address = f"ipc://{workdir}/echo-{clients}" if transport == "ipc" else "tcp://127.0.0.1:*"
+                    cases[f"raw echo {label}"] = echo_case(clients, 8 // clients, (16, 8), steps, address, spin)
                 cases[f"Remote {label}"] = (
-                    lambda clients=clients, bind=bind, spin=spin: RemoteVectorEnv(
-                        [bench_envs.NullEnv] * 8, num_clients=clients, bind=bind, spin=spin
+                    lambda clients=clients, transport=transport, spin=spin: remote(
+                        [bench_envs.NullEnv] * 8, transport, num_clients=clients, spin=spin
                     ),
                     measure,
-                )
-        if raw_transports.available():  # below ZeroMQ: what a same-host data plane could reach
-            for name, function in (
-                ("uds", raw_transports.uds_steps_per_second),
-                ("shm", raw_transports.shm_steps_per_second),
-            ):
-                label = f"raw {name}, {clients} client{'s' if clients > 1 else ''}"
-                cases[label] = (
-                    lambda function=function, clients=clients: _Rate(function, clients, 8 // clients, 16, 8, steps),
-                    lambda rate: rate(),
                 )
     case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     case.baseline = next(iter(case.medians))
@@ -203,7 +239,8 @@ class _Trainer:
 
 def while_training(steps: int, repeats: int) -> Case:
     """CartPole, 8 envs, stepped while a trainer thread keeps a core busy in the learner's process:
-    Sync, Async, and RemoteVectorEnv with 1 local client, with its default ``spin`` and with ``spin=0``.
+    Sync, Async, and RemoteVectorEnv with 1 local client over the same-host data plane (uds) and over
+    ZeroMQ (ipc), each with its default ``spin`` and with ``spin=0``, and over uds with 2 clients.
     A wake-up scheme that wins on an idle machine and collapses next to training shows here."""
     case = Case(
         "training", "CartPole-v1, 8 envs, while a trainer thread keeps a core busy", "env-steps/s", "AsyncVectorEnv"
@@ -215,9 +252,16 @@ def while_training(steps: int, repeats: int) -> Case:
             return plain(envs)
 
     makers = vector_envs(lambda: gym.make("CartPole-v1"), 8)
-    cases = {label: (makers[label], measure) for label in ("SyncVectorEnv", "AsyncVectorEnv", "Remote ipc, 1 client")}
+    cases = {label: (makers[label], measure) for label in ("SyncVectorEnv", "AsyncVectorEnv")}
     env_fns = [lambda: gym.make("CartPole-v1")] * 8
-    cases["Remote ipc, 1 client, spin=0"] = (lambda: RemoteVectorEnv(env_fns, num_clients=1, spin=0.0), measure)
+    for transport in [transport for transport in transports() if transport != "tcp"]:
+        for spin, suffix in ((None, ""), (0.0, ", spin=0")):
+            cases[f"Remote {transport}, 1 client{suffix}"] = (
+                lambda transport=transport, spin=spin: remote(env_fns, transport, num_clients=1, spin=spin),
+                measure,
+            )
+    if "uds" in transports():
+        cases["Remote uds, 2 clients"] = (lambda: remote(env_fns, "uds", num_clients=2), measure)
     case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     return case
 
@@ -234,11 +278,14 @@ def scaling(steps: int, repeats: int, sizes: list[int]) -> Case:
                 lambda env_fns=env_fns: gym.vector.AsyncVectorEnv(env_fns, shared_memory=True),
                 measure,
             ),
-            f"Remote ipc, {num_envs} envs": (
-                lambda env_fns=env_fns, clients=clients: RemoteVectorEnv(env_fns, num_clients=clients),
-                measure,
-            ),
         }
+        for transport in [transport for transport in transports() if transport != "tcp"]:
+            makers[f"Remote {transport}, {num_envs} envs"] = (
+                lambda env_fns=env_fns, clients=clients, transport=transport: remote(
+                    env_fns, transport, num_clients=clients
+                ),
+                measure,
+            )
         case.medians.update(interleaved_medians(makers, repeats, runs=case.runs))
     case.baseline = next(iter(case.medians))
     return case
@@ -266,8 +313,8 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
     """The issue's targets, as ratios measured in this run."""
     found = []
 
-    def best_remote(case: Case) -> tuple[str, float]:
-        label = max((label for label in case.medians if label.startswith("Remote")), key=case.medians.get)
+    def best(case: Case, *prefixes: str) -> tuple[str, float]:
+        label = max((label for label in case.medians if label.startswith(prefixes)), key=case.medians.get)
         return label, case.medians[label]
 
     def add(name: str, value: float, target: float, detail: str, at_most: bool = False) -> None:
@@ -275,32 +322,56 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
         found.append({"target": name, "value": round(value, 3), "goal": target, "met": met, "detail": detail})
 
     for key, against, goal, text in (
-        ("cartpole", "AsyncVectorEnv", 2.5, "CartPole, 8 envs: best Remote layout / AsyncVectorEnv"),
+        ("cartpole", "AsyncVectorEnv", 4.0, "CartPole, 8 envs: best local Remote layout / AsyncVectorEnv"),
+        ("cartpole", "SyncVectorEnv", 0.8, "CartPole, 8 envs: best local Remote layout / SyncVectorEnv"),
         ("busy", "SyncVectorEnv", 1.6, "1 ms env, 8 envs: best Remote layout / SyncVectorEnv"),
-        ("frames", "AsyncVectorEnv", 2.0, "Atari-sized frames, 8 envs: best Remote layout / AsyncVectorEnv"),
+        ("frames", "AsyncVectorEnv", 3.0, "Atari-sized frames, 8 envs: best Remote layout / AsyncVectorEnv"),
     ):
         if key in cases:
             medians = cases[key].medians
-            label, value = best_remote(cases[key])
+            label, value = best(cases[key], "Remote")
             detail = label
-            if ECHO in medians:  # a step costs at least the env's own step plus the message round trip
+            if ECHO in medians:  # over ZeroMQ a step costs at least the env's own step plus the message round trip
                 bound = 1 / (1 / medians[ECHO] + 1 / medians["SyncVectorEnv"])
-                detail += f"; bound without any cost of RemoteVectorEnv's own: {bound / medians[against]:.2f}"
+                detail += f"; ZeroMQ bound without any cost of RemoteVectorEnv's own: {bound / medians[against]:.2f}"
             add(text, value / medians[against], goal, detail)
+    for key, text in (("cartpole", "CartPole, 8 envs"), ("frames", "Atari-sized frames, 8 envs")):
+        medians = cases[key].medians if key in cases else {}
+        if any(label.startswith("Remote uds") for label in medians):  # informative: the data plane's gain
+            uds, uds_rate = best(cases[key], "Remote uds")
+            zmq_label, zmq_rate = best(cases[key], "Remote ipc", "Remote tcp")
+            add(f"{text}: best Remote uds layout / best ZeroMQ layout", uds_rate / zmq_rate, 1.0, f"{uds}; {zmq_label}")
     if "busy" in cases:
-        layout = f"Remote ipc, {CORES} clients (1/core)"
         busy = cases["busy"].medians
+        workers = pipe_workers_label(min(CORES, 8))
+        layout = f"Remote uds, {min(CORES, 8)} clients (1/core)"
+        if layout not in busy:  # no data plane here: the ZeroMQ layout
+            layout = layout.replace("uds", "ipc", 1)
         add(
-            f"1 ms env, {CORES} clients on {CORES} cores / SyncVectorEnv",
-            busy[layout] / busy["SyncVectorEnv"],
-            1.6,
-            layout,
+            f"1 ms env, {min(CORES, 8)} clients: {layout} / plain workers over pipes",
+            busy[layout] / busy[workers],
+            0.95,
+            workers,
         )
     if "floor" in cases:
         floor = cases["floor"].medians
-        for label in [label for label in floor if label.startswith("Remote")]:
+        for label in [label for label in floor if label.startswith("Remote") and not label.startswith("Remote uds")]:
             echo = floor["raw echo " + label.removeprefix("Remote ")]
             add(f"transport floor, {label}: step time / raw echo's", echo / floor[label], 1.5, label, at_most=True)
+        if {"Remote uds, 1 client", "raw uds, 1 client"} <= set(floor):
+            add(
+                "zero-cost env, 1 client: Remote uds round / raw uds round",
+                floor["raw uds, 1 client"] / floor["Remote uds, 1 client"],
+                1.3,
+                "Remote uds, 1 client (default spin); raw uds blocks in the kernel",
+                at_most=True,
+            )
+    if "training" in cases:
+        training = cases["training"].medians
+        for label in [label for label in training if label.startswith("Remote uds")]:
+            zmq_label = label.replace("Remote uds", "Remote ipc", 1)
+            if zmq_label in training:
+                add(f"while training: {label} / {zmq_label}", training[label] / training[zmq_label], 1.0, label)
     if "partial" in cases:
         add("partial batches, batch_size=4 / lock-step", cases["partial"].ratios()["send/recv, batch_size=4"], 1.5, "")
     return found
@@ -340,12 +411,14 @@ def plot(cases: dict[str, Case], path: Path) -> bool:
     figure, axes = plt.subplots(len(cases), 1, figsize=(10, 3.2 * len(cases)), squeeze=False)
     for axis, case in zip(axes[:, 0], cases.values(), strict=True):
         if case.name == "scaling":
-            for kind in ("SyncVectorEnv", "AsyncVectorEnv", "Remote ipc"):
+            for kind in ("SyncVectorEnv", "AsyncVectorEnv", "Remote uds", "Remote ipc"):
                 points = [
                     (int(label.rsplit(", ", 1)[1].split()[0]), value)
                     for label, value in case.medians.items()
-                    if label.startswith(kind)
+                    if label.startswith(kind + ",")
                 ]
+                if not points:  # no data plane on this platform
+                    continue
                 axis.plot(*zip(*points, strict=True), marker="o", label=kind)
             axis.set_xscale("log", base=2)
             axis.set_yscale("log")
@@ -391,6 +464,8 @@ def main() -> None:
             f"plot: {path}" if plot(cases, path) else 'plot: needs matplotlib (pip install "gymnasium-remote[bench]")'
         )
         return
+    if "uds" not in transports():
+        print("The same-host data plane needs Linux: no Remote uds rows.")
     chosen = [name.strip() for name in args.cases.split(",") if name.strip()]
     unknown = sorted(set(chosen) - set(ALL_CASES))
     if unknown:
@@ -403,7 +478,17 @@ def main() -> None:
         "cartpole": lambda: compare(
             "cartpole", cartpole, lambda: gym.make("CartPole-v1"), 8, int(4000 * scale), repeats, (16, 8)
         ),
-        "busy": lambda: compare("busy", busy, bench_envs.BusyEnv, 8, int(400 * scale), repeats),
+        "busy": lambda: compare(
+            "busy",
+            busy,
+            bench_envs.BusyEnv,
+            8,
+            int(400 * scale),
+            repeats,
+            references={
+                pipe_workers_label(min(CORES, 8)): lambda: PipeWorkers([bench_envs.BusyEnv] * 8, min(CORES, 8))
+            },
+        ),
         "frames": lambda: compare(
             "frames",
             f"{frames} (84x84x4 uint8), 8 envs",

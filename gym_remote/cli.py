@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="trusted mode: exchange pickles with the server (only with a server you trust)",
     )
+    client.add_argument(
+        "--no-data-plane",
+        action="store_true",
+        help="send everything over ZeroMQ, even to a server on this machine (default: a Unix socket there)",
+    )
     security = client.add_argument_group("security (for a server that uses CURVE keys or a shared secret)")
     security.add_argument("--server-key", metavar="PATH", help="the server's public key file (NAME.key)")
     security.add_argument("--client-key", metavar="PATH", help="this client's secret key file (NAME.key_secret)")
@@ -292,6 +297,7 @@ def _run_client(args: argparse.Namespace) -> int:
         server_key=args.server_key,
         client_key=args.client_key,
         secret=_secret(args),
+        data_plane=False if args.no_data_plane else None,
     )
     client.run()
     return EXIT_OK

@@ -33,7 +33,8 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 from zmq.utils.monitor import recv_monitor_message
 
-from gym_remote import codec, protocol, transport
+from gym_remote import channel, codec, protocol, transport
+from gym_remote.channel import Channel, ChannelClosed, Record
 from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
 from gym_remote.protocol import FLAG_VALUE, HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY, Kind, format_slots, kind_name
 from gym_remote.security import KeySource, check_endpoint, client_security, is_local_endpoint
@@ -42,8 +43,15 @@ __all__ = ["EnvClient", "HostedEnvs", "EnvFailure"]
 
 logger = logging.getLogger(__name__)
 
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
 IDLE_POLL_SECONDS = 0.2
 """How often an idle client wakes up to check whether it was asked to stop."""
+
+DEFAULT_SPIN_SECONDS = 100e-6
+"""How long a client served over a data channel busy-checks it for the next command (see ``EnvClient``'s
+``spin``): about twice what a learner takes between a cheap env's RESULT and its next STEP."""
 
 HANDSHAKE_FAILURES = 3
 """Security handshakes the server cuts off in a row (the sign of a wrong server key) before giving up."""
@@ -127,8 +135,12 @@ class HostedEnvs:
         self.action_space = action_space
         self.action_batch_spaces = codec.BatchedSpaces(action_space)  # by number of envs stepped
         self.action_leaves = codec.array_leaf_spaces(action_space)
+        # a single Box, Discrete, MultiDiscrete or MultiBinary: Gymnasium's iterate and concatenate are
+        # iter() and np.stack() for these, called here directly (they are on the step path)
+        self.action_is_leaf = type(action_space) in _LEAF_SPACES
+        self.observation_is_leaf = type(observation_space) in _LEAF_SPACES
         self.result = protocol.ResultFrame(count)
-        self.autoreset = np.full(count, reset_first, dtype=np.bool_)
+        self.autoreset = [bool(reset_first)] * count
 
     def selected(self, indexes: Sequence[int] | None) -> Sequence[int]:
         """The envs a command is for: ``indexes``, or all (None)."""
@@ -152,31 +164,49 @@ class HostedEnvs:
         ``finals`` is None unless an env's episode ended in SAME_STEP mode; then it holds, per env
         stepped, None or the (final_obs, final_info) of the ended episode.
         """
-        result = self.result
-        rewards, terminated, truncated = result.rewards, result.terminated, result.truncated
         infos: list[dict] = []
         finals: list[tuple[Any, dict] | None] | None = None
-        mode = self.autoreset_mode
+        next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        envs, env_obs, autoreset = self.envs, self.env_obs, self.autoreset
+        rewards: list[Any] = []
+        terminations: list[bool] = []
+        truncations: list[bool] = []
         for position, (index, action) in enumerate(zip(self.selected(indexes), actions, strict=True)):
-            env = self.envs[index]
+            env = envs[index]
             try:
-                if mode is AutoresetMode.NEXT_STEP and self.autoreset[index]:
+                if next_step and autoreset[index]:
                     obs, info = env.reset()
-                    rewards[index] = 0.0
-                    terminated[index] = False
-                    truncated[index] = False
+                    reward, terminated, truncated = 0.0, False, False
                 else:
-                    obs, rewards[index], terminated[index], truncated[index], info = env.step(action)
-                    if mode is AutoresetMode.SAME_STEP and (terminated[index] or truncated[index]):
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    terminated, truncated = bool(terminated), bool(truncated)
+                    if same_step and (terminated or truncated):
                         if finals is None:
                             finals = [None] * len(actions)
                         finals[position] = (obs, info)
                         obs, info = env.reset()
-                self.env_obs[index] = obs
+                env_obs[index] = obs
                 infos.append(info)
-                self.autoreset[index] = terminated[index] or truncated[index]
+                autoreset[index] = terminated or truncated
+                rewards.append(reward)
+                terminations.append(terminated)
+                truncations.append(truncated)
             except Exception as error:
                 raise EnvFailure(index, error) from error
+        rows = slice(None) if indexes is None else indexes
+        result = self.result
+        try:
+            result.rewards[rows] = rewards
+        except (TypeError, ValueError) as error:  # one of them is not a number: find which, as an env's error
+            for index, reward in zip(self.selected(indexes), rewards):
+                try:
+                    float(reward)
+                except (TypeError, ValueError):
+                    raise EnvFailure(index, error) from error
+            raise
+        result.terminated[rows] = terminations
+        result.truncated[rows] = truncations
         self._gather_observations(indexes)
         return infos, finals
 
@@ -266,7 +296,10 @@ class HostedEnvs:
         if self.observations is None:
             return
         if indexes is None:
-            concatenate(self.observation_space, self.env_obs, self.observations)
+            if self.observation_is_leaf:
+                np.stack(self.env_obs, axis=0, out=self.observations)
+            else:
+                concatenate(self.observation_space, self.env_obs, self.observations)
             return
         for index in indexes:
             row = codec.leaves_to_batch(
@@ -306,6 +339,13 @@ class EnvClient:
         client_key: this client's ``NAME.key_secret`` file (or secret key as Z85 text); the server
             must have its public key among its ``authorized_keys``.
         secret: a shared secret instead of key files: the same as the server's; it never travels.
+        data_plane: on the server's machine, carry commands and results over a Unix socket (the
+            same-host data plane, if the server offers one) instead of ZeroMQ. Default: on (Linux),
+            unless the environment variable ``GYM_REMOTE_DATA_PLANE`` is ``off``.
+        spin: over the data plane, seconds to busy-check for the next command after answering one,
+            while commands have lately come within that time (0: never; yielding the core to any other
+            runnable thread meanwhile). It saves a wake-up per step, but takes a core: the local clients
+            of a RemoteVectorEnv spin (:data:`DEFAULT_SPIN_SECONDS`) only when its learner does.
 
     Raises:
         ValueError: ``address`` is not a ZeroMQ endpoint (e.g. it lacks its scheme: ``localhost:5555``).
@@ -332,6 +372,8 @@ class EnvClient:
         server_key: KeySource | None = None,
         client_key: KeySource | None = None,
         secret: str | bytes | None = None,
+        data_plane: bool | None = None,
+        spin: float = 0.0,
         _launch: dict[str, Any] | None = None,
     ) -> None:
         if callable(env_fns):
@@ -372,6 +414,15 @@ class EnvClient:
         self._denied_for_now = False  # the server's last answer to a handshake was "not now"
         self._join_timeout: float | None = connect_timeout
         self._lost_reason = ""  # why _serve counted the server as gone, for ClientLostError (": ..." or "")
+        self.data_plane = channel.enabled_by_default() if data_plane is None else bool(data_plane) and channel.AVAILABLE
+        self._channel: Channel | None = None  # this session's data channel, once the server took it
+        self._channel_token = b""
+        if not spin >= 0:
+            raise ValueError(f"spin must be a duration in seconds >= 0, got {spin!r}")
+        self.spin = float(spin)
+        self._typical_wait = 0.0  # a moving average of how long commands took to come (see _next_command)
+        self._commands = 0
+        self._message: zmq.Socket | Record | None = None  # where the rest of the command being handled is read
 
     def stop(self) -> None:
         """Ask :meth:`run` (in another thread) to leave the server (BYE) and return.
@@ -466,7 +517,13 @@ class EnvClient:
 
     def _say_bye(self) -> None:
         sock = getattr(self, "_socket", None)
-        if sock is not None:
+        if self._channel is not None:
+            try:
+                self._channel.send(protocol.message(Kind.BYE), 0.5)
+                logger.info("client %s: leaving", self.name)
+            except (ChannelClosed, TimeoutError):
+                pass
+        elif sock is not None:
             try:
                 sock.send_multipart(protocol.message(Kind.BYE), zmq.NOBLOCK)
                 logger.info("client %s: leaving", self.name)
@@ -474,6 +531,7 @@ class EnvClient:
                 pass
 
     def _close_socket(self, linger: int) -> None:
+        self._close_channel()
         sock = getattr(self, "_socket", None)
         if sock is None:
             return
@@ -614,6 +672,8 @@ class EnvClient:
             if header.kind != Kind.PING:
                 logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
         welcome = protocol.read_value(frames[1:])
+        if welcome.get("data_channel") is not True:
+            self._close_channel()
         self._trusted = bool(welcome["allow_pickle"])
         self._max_message_bytes = welcome.get("max_message_bytes")
         self.slots = list(welcome["slots"])
@@ -627,11 +687,18 @@ class EnvClient:
         )
         self._connection_dropped()  # forget events from before this session's WELCOME
         self._welcomed_session = self.session
-        logger.info("client %s: serving slots %s of %s", self.name, format_slots(self.slots), welcome["server"])
+        logger.info(
+            "client %s: serving slots %s of %s%s",
+            self.name,
+            format_slots(self.slots),
+            welcome["server"],
+            " over its same-host data channel" if self._channel is not None else "",
+        )
         return True
 
     def _send_hello(self, hosted: HostedEnvs, deadline: float | None) -> None:
         """Queue HELLO for the server; a socket whose connection was refused for good cannot queue it."""
+        self._open_channel()
         while True:
             try:
                 hello = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")
@@ -687,7 +754,30 @@ class EnvClient:
             "render_mode": first.render_mode if isinstance(first.render_mode, str) else None,
             "allow_pickle": trusted,
             "launch": self._launch,
+            "data_channel": {"token": self._channel_token.hex()} if self._channel is not None else None,
         }
+
+    def _open_channel(self) -> None:
+        """Connect and greet the server's data channel, if it has one on this machine (PROTOCOL.md §13)."""
+        self._close_channel()
+        if not self.data_plane:
+            return
+        token = channel.new_token()
+        try:
+            self._channel = channel.connect(
+                channel.address_for(self.address),
+                token,
+                timeout=1.0,
+                max_frame_bytes=self._max_message_bytes or (1 << 62),
+            )
+            self._channel_token = token
+        except OSError as error:  # not on the server's machine, or its server has no data plane
+            logger.debug("client %s: no data channel (%s); using ZeroMQ", self.name, error)
+
+    def _close_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
 
     # -- serving ---------------------------------------------------------------------------------
 
@@ -702,11 +792,14 @@ class EnvClient:
             return False
 
     def _serve_commands(self, hosted: HostedEnvs) -> bool:
-        sock = self._socket
         while True:
             try:
-                frame = sock.recv()
-            except zmq.Again:
+                frame = self._next_command()
+            except ChannelClosed as error:
+                logger.warning("client %s: the data channel to the server closed (%s)", self.name, error)
+                self._lost_reason = f": its data channel closed ({error})"
+                return False
+            if frame is None:
                 if self._stop.is_set() or not self._parent_alive():
                     logger.info("client %s: stopping", self.name)
                     self._send_last(protocol.message(Kind.BYE), "BYE")
@@ -723,13 +816,60 @@ class EnvClient:
             except _SendTimeout:
                 raise
             except Exception as error:  # an env or the message failed: report it and keep serving
-                transport.drain(sock)
+                transport.drain(self._message)
                 index = None
                 if isinstance(error, EnvFailure):  # report the env's own error, and which env raised it
                     index, error = error.index, error.error
                 # get_attr of a missing attribute is an answer the caller expects, not a failure here
                 expected = isinstance(error, AttributeError) and header is not None and header.kind == Kind.CALL
                 self._send_error(header.seq if header else 0, error, index, expected=expected)
+
+    def _next_command(self) -> bytes | None:
+        """The header frame of the next message (the rest is read from ``_message``); None after
+        ``IDLE_POLL_SECONDS`` without one.
+
+        Over a data channel, the ZeroMQ socket carries only the server's probes, read when they are there
+        (looked at when no command came within ``IDLE_POLL_SECONDS``, and every 64 commands).
+
+        Raises:
+            ChannelClosed: the data channel closed: the server is gone (or ended this membership).
+        """
+        sock, data = self._socket, self._channel
+        if data is None:
+            self._message = sock
+            try:
+                return sock.recv()
+            except zmq.Again:
+                return None
+        self._commands += 1
+        if not self._commands & 63 and sock.get(_EVENTS) & _POLLIN:
+            self._message = sock
+            return sock.recv()
+        since = time.perf_counter()
+        record = self._spin_for_command(data, since + self.spin) if self._typical_wait < self.spin else None
+        if record is None:
+            record = data.read_until(time.monotonic() + IDLE_POLL_SECONDS)
+        if record is None:
+            if sock.get(_EVENTS) & _POLLIN:
+                self._message = sock
+                return sock.recv()
+            return None
+        # slow commands (a slow learner, or one starved of CPU) turn the spin off until they come fast again
+        self._typical_wait += 0.25 * (min(time.perf_counter() - since, 1.0) - self._typical_wait)
+        self._message = record
+        return record.recv()
+
+    @staticmethod
+    def _spin_for_command(data: Channel, until: float) -> Record | None:
+        """Busy-check ``data`` until a record is in or ``until`` (``time.perf_counter``) passed, yielding
+        the core to any other runnable thread between checks."""
+        clock, read, yield_core = time.perf_counter, data.read, os.sched_yield
+        while clock() < until:
+            record = read()
+            if record is not None:
+                return record
+            yield_core()
+        return None
 
     def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> bool | None:
         """Answer one command; True once the server closed, False if it evicted this client, else None."""
@@ -767,9 +907,9 @@ class EnvClient:
             hosted.set_attr(name, _per_env(command["values"], header, "values"), indexes, outermost)
             self._send_call_result(header.seq, None, indexes)
         elif kind == Kind.PING:
-            transport.drain(self._socket)  # a probe: the server checks that this connection still routes
+            transport.drain(self._message)  # a probe: the server checks that this connection still routes
         elif kind == Kind.CLOSE:
-            transport.drain(self._socket)
+            transport.drain(self._message)
             self._send_last(protocol.message(Kind.BYE, seq=header.seq), "BYE")
             logger.info("client %s: the server closed; exiting", self.name)
             return True
@@ -792,15 +932,15 @@ class EnvClient:
                     f"{kind_name(header.kind)} for {header.count} envs, this client hosts {hosted.count}"
                 )
             return None
-        if not self._socket.get(transport.RCVMORE):
+        if not self._message.get(transport.RCVMORE):
             raise ProtocolError(f"{kind_name(header.kind)} with FLAG_SUBSET lacks its index frame")
-        return protocol.parse_index_frame(self._socket.recv(), header.count, hosted.count)
+        return protocol.parse_index_frame(self._message.recv(), header.count, hosted.count)
 
     def _read_actions(
         self, hosted: HostedEnvs, header: protocol.Header, frame: bytes, indexes: list[int] | None
     ) -> Any:
         """The actions of a STEP, one per env stepped, as ``iterate`` gives them (see PROTOCOL.md, STEP)."""
-        sock = self._socket
+        sock = self._message
         count = header.count
         if header.flags & FLAG_VALUE:
             return _per_env(self._read_value(header)["actions"], header, "actions")
@@ -810,14 +950,16 @@ class EnvClient:
         if header.flags & protocol.FLAG_DTYPES:
             dtypes = protocol.parse_step_dtypes(frame, len(hosted.action_leaves))
         targets = hosted.new_actions(count, dtypes)
-        batch = codec.leaves_to_batch(hosted.action_space, targets)
         transport.recv_into(sock, targets, "STEP")
         if sock.get(transport.RCVMORE):
             raise ProtocolError("STEP message has more frames than the action space needs")
+        if hosted.action_is_leaf:
+            return list(targets[0])
+        batch = codec.leaves_to_batch(hosted.action_space, targets)
         return list(iterate(hosted.action_batch_spaces[count], batch))
 
     def _read_value(self, header: protocol.Header) -> Any:
-        frames = transport.recv_rest(self._socket)
+        frames = transport.recv_rest(self._message)
         if not header.flags & FLAG_VALUE:
             raise ProtocolError(f"{kind_name(header.kind)} message without its value section")
         return protocol.read_value(frames, allow_pickle=self._trusted)
@@ -859,7 +1001,14 @@ class EnvClient:
     def _check_sizes(self, frames: Sequence[Any]) -> None:
         """Refuse to send a frame the server would cut this client off for (its size limit is in WELCOME)."""
         limit = self._max_message_bytes
-        if type(limit) is int and any(memoryview(frame).nbytes > limit for frame in frames):
+        if type(limit) is not int:
+            return
+        for frame in frames:
+            if (frame.nbytes if type(frame) in (np.ndarray, memoryview) else len(frame)) > limit:
+                break
+        else:
+            return
+        if any(memoryview(frame).nbytes > limit for frame in frames):
             largest = max(memoryview(frame).nbytes for frame in frames)
             raise ProtocolError(
                 f"a frame of {largest} bytes exceeds the server's message size limit of {limit} bytes "
@@ -898,6 +1047,17 @@ class EnvClient:
         Raises:
             _SendTimeout: the server took none of this client's last messages in that time.
         """
+        if self._channel is not None:
+            try:
+                self._channel.send(frames, self.liveness_timeout)
+                return
+            except ChannelClosed as error:
+                raise _SendTimeout(f"the data channel to the server at {self.address} closed ({error})") from None
+            except TimeoutError:
+                raise _SendTimeout(
+                    f"the server at {self.address} took no {what} from this client's data channel within "
+                    f"{self.liveness_timeout:g} s (it stopped reading, or is gone)"
+                ) from None
         try:
             transport.send_frames(self._socket, frames)
         except zmq.Again:

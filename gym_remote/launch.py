@@ -100,6 +100,9 @@ class LocalClients:
         liveness_timeout: after how long without a sign of life a client counts the server as gone.
         max_restarts: how many times in a row a client may die without having served a step before
             :meth:`schedule_restart` gives up on it.
+        data_plane: the clients offer the server the same-host data plane (see ``RemoteVectorEnv``).
+
+    :attr:`spin` is the clients' ``spin`` (see :class:`~gym_remote.EnvClient`), 0 unless set before :meth:`start`.
 
     A client whose env function raised, or whose envs' spaces do not fit, is not restarted:
     :meth:`poll` raises its error (it would fail the same way again).
@@ -113,8 +116,11 @@ class LocalClients:
         connect_timeout: float,
         liveness_timeout: float = 10.0,
         max_restarts: int = 3,
+        data_plane: bool = True,
     ) -> None:
         self.env_fns = list(env_fns)
+        self.data_plane = data_plane
+        self.spin = 0.0  # the clients' spin (EnvClient's), set by the vector env once it chose its own
         self.workdir = tempfile.mkdtemp(prefix="gym-remote-")  # mode 0700: the payloads and the server's endpoint
         self.connect_timeout = connect_timeout
         self.liveness_timeout = liveness_timeout
@@ -155,6 +161,8 @@ class LocalClients:
             "connect_timeout": self.connect_timeout,
             "liveness_timeout": self.liveness_timeout,
             "allow_pickle": self._allow_pickle,
+            "data_plane": self.data_plane,
+            "spin": self.spin,
             "log_level": logging.getLogger("gym_remote").getEffectiveLevel(),
             "launch": {"index": launch.index, "token": launch.token, "parent_pid": os.getpid()},
             "security": self._security.to_payload() if self._security is not None else {},
@@ -394,6 +402,8 @@ def child_main(payload_path: str) -> int:
         reconnect=False,  # a new learner starts clients of its own
         slot_timeout=None,  # its slots free up when the learner has reported the previous client's loss
         allow_pickle=header["allow_pickle"],
+        data_plane=header["data_plane"],
+        spin=header["spin"],
         **header["security"],
         _launch=launch,
     )
@@ -402,7 +412,23 @@ def child_main(payload_path: str) -> int:
     except Exception as error:  # already reported to the server where it could be
         logging.getLogger(__name__).debug("local client exiting after: %s", error)
         return 1
+    finally:
+        if os.getppid() != launch["parent_pid"]:  # the learner died without cleaning up (e.g. SIGKILL)
+            _remove_private_directory(os.path.dirname(payload_path))
     return 0
+
+
+def _remove_private_directory(workdir: str) -> None:
+    """Remove what a dead learner left in its private directory: the ZeroMQ socket file, then the
+    directory itself once no other client of that learner has a file there any more."""
+    try:
+        os.unlink(os.path.join(workdir, "server"))
+    except OSError:
+        pass
+    try:
+        os.rmdir(workdir)
+    except OSError:  # another client's payload is still there (it removes the directory when it goes)
+        pass
 
 
 def _raise_unpickling_error(error: BaseException | None) -> Callable:

@@ -42,7 +42,7 @@ from gym_remote import codec, protocol
 from gym_remote.errors import ProtocolError
 from gym_remote.protocol import format_slots
 
-__all__ = ["Admit", "ClientInfo", "LaunchSlot", "Membership", "Peer", "Refuse", "space_mismatch"]
+__all__ = ["Admit", "ClientInfo", "LaunchSlot", "Membership", "Peer", "Refuse", "data_channel_token", "space_mismatch"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class ClientInfo:
     launch_index: int | None = None
     peer_address: str = ""
     key: str = ""  # the name of the CURVE key it authenticated with ("" without authentication)
+    plane: str = "zmq"  # where its commands travel: "zmq", or "uds" (the same-host data channel)
     rejoins: int = 0
     joined_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
@@ -87,6 +88,18 @@ class ClientInfo:
 
     def describe(self) -> str:
         return f"client {self.name!r} (slots {format_slots(self.slots)})"
+
+
+def data_channel_token(hello: dict[str, Any]) -> bytes | None:
+    """The token of the data channel a HELLO offers (PROTOCOL.md §13), or None if it offers none.
+
+    An offer that is not ``{"token": 32 hex digits}`` is no offer: the client is served over ZeroMQ.
+    """
+    offer = hello.get("data_channel")
+    token = offer.get("token") if isinstance(offer, dict) else None
+    if type(token) is not str or len(token) != 32 or token.strip("0123456789abcdef"):
+        return None
+    return bytes.fromhex(token)
 
 
 @dataclass
@@ -369,6 +382,7 @@ class Membership:
                     latency=client.latency,
                     connected_for=now - client.joined_at,
                     rejoins=client.rejoins,
+                    plane=client.plane,
                 )
             rows.append(row)
         return rows

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import select
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +30,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import zmq
 
-from gym_remote import codec, protocol, transport
+from gym_remote import channel, codec, protocol, transport
+from gym_remote.channel import Channel, ChannelClosed, Listener, Record
 from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError, remote_env_error
-from gym_remote.membership import Admit, ClientInfo, LaunchSlot, Membership, Peer, Refuse, space_mismatch
+from gym_remote.membership import (
+    Admit,
+    ClientInfo,
+    LaunchSlot,
+    Membership,
+    Peer,
+    Refuse,
+    data_channel_token,
+    space_mismatch,
+)
 from gym_remote.protocol import FLAG_VALUE, Kind, kind_name
 from gym_remote.security import DEFAULT_HANDSHAKE_RATE, DEFAULT_MAX_MESSAGE_BYTES, Gatekeeper, ServerSecurity
 
@@ -150,6 +161,8 @@ class SlotServer:
             replies have lately come within that time (0: never). Waking a sleeping thread costs
             tens of microseconds, as much as a cheap env's whole step; a spin that would not pay
             (slow envs) is skipped, so it costs CPU only while replies come fast.
+        data_plane: serve clients on this machine that offer it over a data channel (a Unix socket,
+            :mod:`gym_remote.channel`) instead of ZeroMQ; False: every message travels over ZeroMQ.
     """
 
     def __init__(
@@ -169,6 +182,7 @@ class SlotServer:
         max_connections: int | None = None,
         handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
         spin: float = DEFAULT_SPIN_SECONDS,
+        data_plane: bool = True,
     ) -> None:
         if not spin >= 0:
             raise ValueError(f"spin must be a duration in seconds >= 0, got {spin!r}")
@@ -195,6 +209,13 @@ class SlotServer:
         self._seq = 0
         self._awaited: dict[bytes, dict[int, Exchange]] = {}  # identity -> seq -> the exchange awaiting its reply
         self._last_checks = 0.0
+        # the same-host data plane: the listener, the channels of members (and of clients in line), by identity
+        self._listener: Listener | None = None
+        self._channels: dict[bytes, Channel] = {}
+        self._offered: dict[bytes, Channel] = {}  # channels of clients not (yet) admitted: in line
+        self._channel_of_fd: dict[int, bytes] = {}
+        self._fds = select.poll()  # the channels' descriptors and the ROUTER socket's (see _next_message)
+        self._message: zmq.Socket | Record  # where the rest of the message being handled is read from
 
         self.security = security
         self.context = zmq.Context()  # its own: the gatekeeper answers for every socket of its context
@@ -224,7 +245,16 @@ class SlotServer:
             transport.terminate(self.context)
             raise OSError(f"cannot bind {bind!r}: {error}") from None
         self.socket = sock
+        self._message = sock
+        self._fds.register(sock.get(zmq.FD), select.POLLIN)
         self.address = _connectable(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        if data_plane and channel.AVAILABLE:
+            try:
+                self._listener = Listener(channel.address_for(self.address), max_frame_bytes=self.max_message_bytes)
+            except OSError as error:  # e.g. the name is taken: another server binds this endpoint too
+                logger.warning(
+                    "no same-host data plane for %s (every message goes over ZeroMQ): %s", self.address, error
+                )
         logger.info(
             "server %s listening on %s for %d slots (%s)",
             name,
@@ -300,6 +330,7 @@ class SlotServer:
         )
         if tell:
             self._try_send(client.identity, protocol.message(Kind.EVICT, {"reason": reason}))
+        self._close_channel(client.identity)
         self._events.append(Lost(client, reason))
         if self.launcher is not None:
             self.launcher.on_lost(client)
@@ -441,7 +472,7 @@ class SlotServer:
         if header.kind != Kind.RESULT:
             sink.land(client, header, None, self.recv_value(client, header))
             return
-        transport.recv_into(self.socket, sink.targets(client, header), "RESULT")
+        transport.recv_into(self._message, sink.targets(client, header), "RESULT")
         if header.flags & FLAG_VALUE:
             value = self.recv_value(client, header)
         elif self.has_more():
@@ -460,6 +491,17 @@ class SlotServer:
 
     def send(self, client: ClientInfo, frames: list[Any]) -> bool:
         """Send one message to ``client``; if it cannot be routed any more, declare it lost and return False."""
+        data = self._channels.get(client.identity)
+        if data is not None:
+            try:
+                data.send(frames, self.liveness_timeout)
+                return True
+            except ChannelClosed as error:
+                reason = f"its data channel closed ({error})"
+            except TimeoutError:
+                reason = f"it took nothing from its data channel for {self.liveness_timeout:g} s"
+            self.lose(client, reason, tell=False)
+            return False
         try:
             transport.send_frames(self.socket, [client.identity, *frames])
             return True
@@ -475,11 +517,11 @@ class SlotServer:
 
     def has_more(self) -> bool:
         """Whether the current message has more frames."""
-        return bool(self.socket.get(transport.RCVMORE))
+        return bool(self._message.get(transport.RCVMORE))
 
     def recv_value(self, client: ClientInfo, header: protocol.Header) -> Any:
         """The value section that ends the current message (None if the header has none)."""
-        frames = transport.recv_rest(self.socket)
+        frames = transport.recv_rest(self._message)
         if not header.flags & FLAG_VALUE:
             if frames:
                 raise ProtocolError(f"{len(frames)} unexpected frames without a value section")
@@ -520,17 +562,19 @@ class SlotServer:
             self._try_send(identity, [protocol.pack_header(Kind.CLOSE, seq)])
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
-            try:
-                message = self._receive()
-            except zmq.Again:
-                continue
-            if message is not None:
+            message = self._next_message(spin=False)
+            if message:
                 self._drain()
                 if message[1].kind == Kind.BYE:
                     waiting.discard(message[0])
         if waiting:
             logger.warning("%d client(s) did not acknowledge CLOSE within %g s", len(waiting), timeout)
         self.members.clear()
+        for identity in [*self._channels, *self._offered]:
+            self._close_channel(identity)
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         self.gatekeeper.close(self.socket)
         self.socket.close(linger=0)
         transport.terminate(self.context)
@@ -546,6 +590,7 @@ class SlotServer:
             zmq.Again: no message came within ``POLL_SECONDS``.
         """
         identity = self.socket.recv()
+        self._message = self.socket
         try:
             frame = self.socket.recv()
             return identity, protocol.parse_header(frame), frame
@@ -572,18 +617,13 @@ class SlotServer:
     def _poll_once(self, spin: bool = False) -> None:
         """Handle the next message (waiting at most ``POLL_SECONDS`` for it), then the periodic checks.
 
-        ``spin``: a wait for replies, which first busy-checks the socket while replies come fast.
+        ``spin``: a wait for replies, which first busy-checks for them while replies come fast.
         """
         waiting_since = time.perf_counter()
-        if spin and self._typical_wait < self.spin:
-            self._spin_until_readable(waiting_since + self.spin)
-        try:
-            message = self._receive()
-        except zmq.Again:
-            message = None
+        message = self._next_message(spin)
         if spin:
             self._typical_wait += 0.25 * (time.perf_counter() - waiting_since - self._typical_wait)
-        if message is not None:
+        if message:
             try:
                 self._dispatch(*message)
             except BaseException:  # interrupted mid-message (e.g. Ctrl-C): drop the rest of it
@@ -591,6 +631,114 @@ class SlotServer:
                 raise
         # also while messages keep coming: a dead client among busy ones must still be noticed
         self._checks()
+
+    def _next_message(self, spin: bool) -> tuple[bytes, protocol.Header, bytes] | None:
+        """The next message from the ROUTER socket or a data channel, waiting at most ``POLL_SECONDS``.
+
+        None if none came, or if what came was malformed or a channel closing (then handled).
+        ``spin``: busy-check first (see ``spin``), while replies have lately come within that time.
+        """
+        spinning = spin and self._typical_wait < self.spin
+        if not self._channels:
+            if spinning:
+                self._spin_until_readable(time.perf_counter() + self.spin)
+            try:
+                return self._receive()
+            except zmq.Again:
+                return None
+        for identity, data in self._channels.items():  # a record already received needs no syscall
+            if data.buffered():
+                return self._read_channel(identity, data) or None
+        if spinning:
+            message = self._spin_for_message(time.perf_counter() + self.spin)
+            if message is not None:
+                return message or None
+        # One poll() for the channels and the ROUTER socket. libzmq's descriptor only signals that the
+        # socket's state may have changed, and is reset by reading ZMQ_EVENTS: so the events are read
+        # before every sleep, and a message that arrives after that read wakes the poll.
+        deadline = time.monotonic() + POLL_SECONDS
+        events, readable = self.socket.get, _POLLIN
+        while True:
+            if events(_EVENTS) & readable:
+                try:
+                    return self._receive()
+                except zmq.Again:
+                    continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            for fd, _ in self._fds.poll(int(remaining * 1000) + 1):
+                identity = self._channel_of_fd.get(fd)
+                if identity is not None:  # else the ROUTER's descriptor: its events are read above
+                    message = self._read_channel(identity, self._channels[identity])
+                    if message is not None:
+                        return message or None
+
+    def _spin_for_message(self, until: float) -> tuple[bytes, protocol.Header, bytes] | tuple[()] | None:
+        """Busy-check the ROUTER socket and the data channels until a message is there or ``until`` passed."""
+        events, clock, readable = self.socket.get, time.perf_counter, _POLLIN
+        while clock() < until:
+            if events(_EVENTS) & readable:
+                try:
+                    return self._receive()
+                except zmq.Again:
+                    return None
+            for identity, data in list(self._channels.items()):
+                message = self._read_channel(identity, data)
+                if message is not None:
+                    return message
+        return None
+
+    def _read_channel(self, identity: bytes, data: Channel) -> tuple[bytes, protocol.Header, bytes] | tuple[()] | None:
+        """The next message on a member's data channel; None if none is in yet, ``()`` if the channel broke
+        or sent a malformed message (its client is then lost)."""
+        client = self.members.clients.get(identity)
+        try:
+            record = data.read()
+            if record is None:
+                return None
+            frame = record.recv()
+            header = protocol.parse_header(frame)
+        except ChannelClosed as error:
+            reason = f"its data channel closed ({error})"
+        except ProtocolError as error:
+            logger.error("%s sent a malformed message on its data channel: %s", _describe(client, identity), error)
+            reason = f"it sent a malformed message on its data channel: {error}"
+        else:
+            self._message = record
+            return identity, header, frame
+        if client is not None:
+            self.lose(client, reason, tell=False)
+        else:
+            self._close_channel(identity)
+        return ()
+
+    def _attach(self, client: ClientInfo) -> None:
+        """Serve ``client`` over the data channel it offered, if the server took the offer."""
+        data = self._offered.pop(client.identity, None)
+        if data is None:
+            return
+        self._channels[client.identity] = data
+        self._channel_of_fd[data.fileno()] = client.identity
+        self._fds.register(data.fileno(), select.POLLIN)
+        client.plane = "uds"
+
+    def _close_channel(self, identity: bytes) -> None:
+        """Close the data channel of ``identity`` (a member's, or one offered by a client in line), if any."""
+        data = self._offered.pop(identity, None)
+        if data is None:
+            data = self._channels.pop(identity, None)
+            if data is None:
+                return
+            fd = data.fileno()
+            self._channel_of_fd.pop(fd, None)
+            self._fds.unregister(fd)
+        data.close()
+
+    def _leave_line(self, identity: bytes) -> bool:
+        """The client in line ``identity`` gives up its place (and the data channel it offered)."""
+        self._close_channel(identity)
+        return self.members.leave_line(identity)
 
     def _checks(self) -> None:
         """At most every ``POLL_SECONDS``: poll the launcher and probe the clients whose replies are awaited."""
@@ -632,7 +780,7 @@ class SlotServer:
         if kind == Kind.BYE:
             if client is not None:
                 self.lose(client, "it left", tell=False)
-            elif self.members.leave_line(identity):
+            elif self._leave_line(identity):
                 logger.info("a waiting client left the line; %d waiting", len(self.members.waiting))
         elif client is None:
             logger.warning("ignoring %s from a peer that is not a member", kind_name(kind))
@@ -675,7 +823,22 @@ class SlotServer:
         previous = members.previous_member(hello)
         if previous is not None:  # the same client, reconnected: its old membership ends here
             self.lose(previous, "it reconnected as a new session", tell=False)
+        self._take_offer(identity, hello)
         self._answer(identity, members.hello(identity, hello, peer))
+
+    def _take_offer(self, identity: bytes, hello: dict[str, Any]) -> None:
+        """Pair the data channel a HELLO offers with the connection its client greeted (PROTOCOL.md §13)."""
+        token = data_channel_token(hello)
+        if token is None or self._listener is None or type(hello.get("pid")) is not int:
+            return
+        offered = self._listener.take(token, hello["pid"])
+        if offered is None:
+            logger.debug(
+                "no data channel greeted with the token of %r's HELLO: it is served over ZeroMQ", hello.get("name")
+            )
+            return
+        self._close_channel(identity)
+        self._offered[identity] = offered
 
     def _answer(self, identity: bytes, decision: Admit | Refuse) -> None:
         """Carry out what membership decided for ``identity``: welcome it, or refuse it."""
@@ -686,9 +849,10 @@ class SlotServer:
             logger.debug("client waits in line: %s", decision.reason)
         else:
             logger.warning("refused a client: %s", decision.reason)
+            self._close_channel(identity)
         answer = {"code": decision.code, "reason": decision.reason, "waiting": decision.waiting}
         if not self._try_send(identity, protocol.message(Kind.REFUSE, answer)) and decision.waiting:
-            self.members.leave_line(identity)  # it is gone: it does not hold a place in line
+            self._leave_line(identity)  # it is gone: it does not hold a place in line
         if decision.launch_index is not None and self.launcher is not None:
             self.launcher.refused(decision.launch_index, decision)
 
@@ -696,9 +860,10 @@ class SlotServer:
         first = self.members.observation_space is None
         if not self._welcome(client):  # it went away (e.g. it died waiting in line): the slots stay free
             logger.info("client %r went away before its WELCOME", client.name)
-            self.members.leave_line(client.identity)
+            self._leave_line(client.identity)
             return
         self.members.join(client)
+        self._attach(client)
         self._prepare_targets(client)
         logger.info(
             "%s joined from %s (pid %d, %s%s); %d of %d slots served",
@@ -753,11 +918,19 @@ class SlotServer:
             "liveness_timeout": self.liveness_timeout,
             "reset_first": self.members.reset_first,
             "max_message_bytes": self.max_message_bytes,
+            "data_channel": client.identity in self._offered or client.identity in self._channels,
         }
         return self._try_send(client.identity, protocol.message(Kind.WELCOME, welcome))
 
     def _try_send(self, identity: bytes, frames: list[Any]) -> bool:
         """Send a control message to a peer that may be gone; False if it cannot be routed."""
+        data = self._channels.get(identity)
+        if data is not None:  # a member served over a data channel hears everything there, in order
+            try:
+                data.send(frames, min(1.0, self.liveness_timeout))
+                return True
+            except (ChannelClosed, TimeoutError):
+                return False
         try:
             self.socket.send_multipart([identity, *frames])
             return True
@@ -783,7 +956,11 @@ class SlotServer:
         )
 
     def _drain(self) -> None:
-        transport.drain(self.socket)
+        transport.drain(self._message)
+
+
+def _describe(client: ClientInfo | None, identity: bytes) -> str:
+    return client.describe() if client is not None else f"peer {identity.hex()[:16]}"
 
 
 def _error_message(text: str) -> list[Any]:

@@ -17,8 +17,9 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
-from gym_remote import codec, commands, protocol
+from gym_remote import channel, codec, commands, protocol
 from gym_remote.batch import ResultBatch
+from gym_remote.client import DEFAULT_SPIN_SECONDS as CLIENT_SPIN_SECONDS
 from gym_remote.episodes import Episodes
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteTimeoutError
 from gym_remote.launch import Launcher, LocalClients
@@ -106,7 +107,13 @@ class RemoteVectorEnv(VectorEnv):
             have lately come that fast; ``0`` never spins. Cheap envs answer in less time than it takes
             to wake a sleeping thread, so spinning speeds them up, at the cost of a busy core while
             waiting. Default: 400 µs, unless the local clients leave no core free for the spin (then 0).
-            Slow envs are waited for asleep, whatever this says.
+            Slow envs are waited for asleep, whatever this says. Over the data plane the local clients
+            then spin too, for 100 µs, waiting for the next step (see :class:`~gym_remote.EnvClient`).
+        data_plane: carry the commands and results of clients on this machine (the local clients,
+            and ``gym-remote client`` on this host) over Unix sockets instead of ZeroMQ, which is
+            faster; ZeroMQ stays the control plane and the only transport to other machines (see
+            ``docs/PROTOCOL.md`` §13). Default: on (Linux), unless the environment variable
+            ``GYM_REMOTE_DATA_PLANE`` is ``off``. ``stats()`` tells which plane each slot uses.
         final_info_format: ``"gymnasium"`` (infos as Gymnasium 1.x batches them), or ``"legacy"``,
             only for scripts written for Gymnasium 0.29 (older CleanRL scripts): needs
             ``autoreset_mode="SameStep"``; the infos of an ended episode's last step come as
@@ -170,6 +177,7 @@ class RemoteVectorEnv(VectorEnv):
         handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
         batch_size: int | None = None,
         spin: float | None = None,
+        data_plane: bool | None = None,
         final_info_format: str = "gymnasium",
         launcher: Launcher | None = None,
         security: SecurityOptions | None = None,
@@ -255,6 +263,7 @@ class RemoteVectorEnv(VectorEnv):
         self._partial: PartialBatches | None = None  # send / recv (once the spaces are known)
         self._finalizer: weakref.finalize | None = None  # closes what a vector env dropped unclosed leaves
 
+        data_plane = channel.enabled_by_default() if data_plane is None else bool(data_plane)
         try:
             if env_fns is not None:
                 if launcher is not None:
@@ -268,11 +277,14 @@ class RemoteVectorEnv(VectorEnv):
                     connect_timeout=connect_timeout,
                     liveness_timeout=liveness_timeout,
                     max_restarts=max_restarts,
+                    data_plane=data_plane,
                 )
             self._launcher = launcher
             if spin is None:  # a spinning learner would take a core the local clients need
                 spin = default_spin(launcher.local_processes if launcher is not None else 0)
             self.spin = spin
+            if isinstance(launcher, LocalClients):  # they spin when the learner does: a core is free for it
+                launcher.spin = CLIENT_SPIN_SECONDS if spin > 0 else 0.0
             bind = bind or (launcher.default_bind if launcher is not None else None) or "tcp://127.0.0.1:*"
             launched = launcher is not None and bool(launcher.launches)
             options = self.security
@@ -292,6 +304,7 @@ class RemoteVectorEnv(VectorEnv):
                 max_connections=options.max_connections,
                 handshake_rate=options.handshake_rate,
                 spin=spin,
+                data_plane=data_plane,
             )
             if observation_space is not None:
                 self._set_spaces(observation_space, action_space)
@@ -432,8 +445,9 @@ class RemoteVectorEnv(VectorEnv):
         authentication), ``session``, ``local`` (started by this env),
         ``steps`` (commands answered by the client), ``last_seen`` (seconds since its last message),
         ``latency`` (seconds from sending the last command to its reply), ``connected_for`` (seconds),
-        ``rejoins`` (times the client reconnected after losing a server) and ``restarts`` (times this
-        env restarted the local client).
+        ``rejoins`` (times the client reconnected after losing a server), ``plane`` (``"uds"``: its
+        commands travel over the same-host data plane, ``"zmq"``: over ZeroMQ) and ``restarts`` (times
+        this env restarted the local client).
         """
         self._check_open()
         rows = self._server.stats()

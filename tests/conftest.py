@@ -21,6 +21,55 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
+# -- the suite runs over both data planes --------------------------------------------------------------
+
+# Modules that open no socket (or choose their planes themselves) run once; every other test runs twice,
+# with the same-host data plane on ("uds", the default) and off ("zmq": everything over ZeroMQ).
+ONE_PLANE_MODULES = {
+    "test_benchmark_smoke",
+    "test_channel",
+    "test_codec",
+    "test_commands",
+    "test_data_plane",
+    "test_docs",
+    "test_episodes",
+    "test_membership",
+    "test_partial_state",
+    "test_protocol",
+    "test_protocol_document",
+    "test_security_units",
+    "test_structure",
+}
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--data-plane",
+        choices=("both", "uds", "zmq"),
+        default="both",
+        help="run the socket tests with the same-host data plane on (uds), off (zmq), or both (default)",
+    )
+
+
+def pytest_generate_tests(metafunc) -> None:
+    if "data_plane" in metafunc.fixturenames and metafunc.module.__name__.rpartition(".")[2] not in ONE_PLANE_MODULES:
+        chosen = metafunc.config.getoption("--data-plane")
+        metafunc.parametrize("data_plane", ["uds", "zmq"] if chosen == "both" else [chosen], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def data_plane(request, monkeypatch):
+    """The plane a test's servers and clients (also in child processes) use by default: ``"uds"`` or ``"zmq"``."""
+    from gym_remote import channel
+
+    plane = getattr(request, "param", "default")
+    if plane == "zmq":
+        monkeypatch.setenv(channel.ENV_SWITCH, "off")
+    elif plane == "uds":
+        monkeypatch.delenv(channel.ENV_SWITCH, raising=False)
+    return plane
+
+
 def subprocess_env() -> dict[str, str]:
     """Environment for child processes: the repository (and so ``tests.envs``) importable."""
     env = dict(os.environ)

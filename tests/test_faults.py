@@ -62,6 +62,7 @@ STATS_SERVED_KEYS = {
     "latency",
     "connected_for",
     "rejoins",
+    "plane",
     "restarts",
 }
 STATS_EMPTY_KEYS = {"slot", "epoch", "served", "empty_for"}

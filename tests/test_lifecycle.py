@@ -357,7 +357,9 @@ def start_training(reaper, tmp_path: Path, mode: str) -> tuple[LoggedProcess, li
         return False
 
     wait_until(pids_printed, 60, "the training script to print its client pids")
-    assert len(pids) == 2 and all(pid_alive(pid) for pid in pids), pids
+    assert len(pids) == 2, pids
+    if mode != "raise":  # a script that raises at once may be gone, and its clients with it, by now
+        assert all(pid_alive(pid) for pid in pids), pids
     return training, pids
 
 

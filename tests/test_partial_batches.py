@@ -365,7 +365,7 @@ from tests.envs.partial import make_timed
 
 address, marker = sys.argv[1], sys.argv[2]
 fns = [
-    functools.partial(make_timed, 4, 0.002, 8, stall_at=3, marker=marker),
+    functools.partial(make_timed, 4, 0.002, 8, terminate_prob=0.0, stall_at=3, marker=marker),  # no autoreset first
     functools.partial(make_timed, 5, 0.002, 8),
 ]
 EnvClient(address, fns, name="doomed", connect_timeout=30, liveness_timeout=2).run()

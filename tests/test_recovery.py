@@ -805,8 +805,9 @@ def test_replacement_dying_in_its_first_step_counts_as_a_failure_in_a_row(tmp_pa
         assert elapsed < 15, f"gave up after {elapsed:.1f} s"
         assert counter.read_text() == "3", "expected max_restarts=2 restarts after the kill"
         # the kill and the first replacement's death are reported as truncations; the step that
-        # notices the second replacement's death gives up and raises
-        assert losses == 2, losses
+        # notices the second replacement's death gives up and raises, unless the end of its data
+        # channel showed that death as a loss first (then it is reported too, and the next step raises)
+        assert losses in (2, 3), losses
         text = str(caught.value)
         assert "local client 1" in text and "3 times in a row" in text and "exit code 5" in text, text
     finally:
