@@ -194,6 +194,37 @@ def test_a_token_from_another_process_or_unknown_gets_no_channel(listener):
     client.close()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to greet as another user")
+def test_a_connection_from_another_user_is_closed_unread(listener):
+    token = channel.new_token()
+    child = os.fork()
+    if child == 0:  # another user, greeting with a token the HELLO will name
+        try:
+            os.setuid(65534)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(listener.name)
+            sock.sendall(channel.GREETING_MAGIC + token)
+            sock.settimeout(10)
+            try:
+                closed = sock.recv(1) == b""
+            except ConnectionResetError:  # closed with the greeting unread
+                closed = True
+            os._exit(0 if closed else 1)
+        except BaseException:
+            os._exit(2)
+    deadline = time.monotonic() + 10
+    status = None
+    while status is None and time.monotonic() < deadline:
+        assert listener.take(token, child) is None
+        pid, code = os.waitpid(child, os.WNOHANG)
+        status = os.waitstatus_to_exitcode(code) if pid else None
+        time.sleep(0.02)
+    if status is None:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+    assert status == 0, status
+
+
 def test_a_bad_greeting_is_closed(listener):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(listener.name)

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -311,3 +312,65 @@ def test_an_oversized_frame_on_a_channel_loses_only_its_sender(stack, thread_cli
     assert not truncations[1 - hostile] and not infos["client_lost"][1 - hostile]
     assert not envs.stats()[hostile]["served"]
     wait_until(member.done.is_set, 10, "the hostile member to see its channel closed")
+
+
+# -- another host ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def other_host():
+    """A network namespace ("another host") joined to this one by a veth pair on a private /30 with no
+    default route: this side 10.213.7.1, the other 10.213.7.2. Torn down after the test."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 to make a network namespace")
+    name, here, there = f"gr-host-{os.getpid()}", f"grh{os.getpid() % 100000}", f"grp{os.getpid() % 100000}"
+    commands = [
+        ["ip", "netns", "add", name],
+        ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
+        ["ip", "link", "set", there, "netns", name],
+        ["ip", "addr", "add", "10.213.7.1/30", "dev", here],
+        ["ip", "link", "set", here, "up"],
+        ["ip", "netns", "exec", name, "ip", "addr", "add", "10.213.7.2/30", "dev", there],
+        ["ip", "netns", "exec", name, "ip", "link", "set", there, "up"],
+        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"],
+    ]
+    try:
+        for command in commands:
+            subprocess.run(command, check=True, capture_output=True, timeout=10)
+        yield name
+    except subprocess.CalledProcessError as error:
+        pytest.skip(f"cannot make a network namespace: {error.stderr.decode(errors='replace').strip()}")
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+
+
+def test_a_client_on_another_host_is_served_over_zeromq(stack, reaper, tmp_path, other_host):
+    envs = RemoteVectorEnv(num_envs=2, bind="tcp://10.213.7.1:*", insecure=True, timeout=30, connect_timeout=30)
+    stack.callback(envs.close)
+    assert listening(channel.address_for(envs.address))  # the server offers it, to this host
+    args = ("--factory", "tests.envs.faults:make_counter", "--connect-timeout", "30")
+    remote = reaper.popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            other_host,
+            sys.executable,
+            "-m",
+            "gym_remote",
+            "client",
+            envs.address,
+            "--name",
+            "far",
+            *args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    near = reaper.popen([sys.executable, "-m", "gym_remote", "client", envs.address, "--name", "near", *args])
+    envs.reset(seed=0)
+    for _ in range(5):
+        envs.step(np.zeros(2, dtype=np.int64))
+    assert {row["client"]: row["plane"] for row in envs.stats()} == {"far": "zmq", "near": "uds"}
+    assert remote.poll() is None and near.poll() is None
