@@ -46,6 +46,7 @@ __all__ = [
     "address_for",
     "connect",
     "enabled_by_default",
+    "wanted",
     "new_token",
 ]
 
@@ -77,6 +78,11 @@ PENDING_SECONDS = 30.0
 def enabled_by_default() -> bool:
     """Whether the data plane is on when nobody said otherwise: on Linux, unless :data:`ENV_SWITCH` says off."""
     return AVAILABLE and os.environ.get(ENV_SWITCH, "").strip().lower() not in ("0", "off", "false", "no")
+
+
+def wanted(choice: bool | None) -> bool:
+    """Whether to use the data plane: as ``choice`` says where it is available, by default if None."""
+    return enabled_by_default() if choice is None else bool(choice) and AVAILABLE
 
 
 def address_for(endpoint: str) -> bytes:

@@ -414,7 +414,7 @@ class EnvClient:
         self._denied_for_now = False  # the server's last answer to a handshake was "not now"
         self._join_timeout: float | None = connect_timeout
         self._lost_reason = ""  # why _serve counted the server as gone, for ClientLostError (": ..." or "")
-        self.data_plane = channel.enabled_by_default() if data_plane is None else bool(data_plane) and channel.AVAILABLE
+        self.data_plane = channel.wanted(data_plane)
         self._channel: Channel | None = None  # this session's data channel, once the server took it
         self._channel_token = b""
         if not spin >= 0:
@@ -842,22 +842,25 @@ class EnvClient:
             except zmq.Again:
                 return None
         self._commands += 1
-        if not self._commands & 63 and sock.get(_EVENTS) & _POLLIN:
-            self._message = sock
-            return sock.recv()
+        if not self._commands & 63 and (frame := self._control_message(sock)) is not None:
+            return frame
         since = time.perf_counter()
         record = self._spin_for_command(data, since + self.spin) if self._typical_wait < self.spin else None
         if record is None:
             record = data.read_until(time.monotonic() + IDLE_POLL_SECONDS)
         if record is None:
-            if sock.get(_EVENTS) & _POLLIN:
-                self._message = sock
-                return sock.recv()
-            return None
+            return self._control_message(sock)
         # slow commands (a slow learner, or one starved of CPU) turn the spin off until they come fast again
         self._typical_wait += 0.25 * (min(time.perf_counter() - since, 1.0) - self._typical_wait)
         self._message = record
         return record.recv()
+
+    def _control_message(self, sock: zmq.Socket) -> bytes | None:
+        """The header frame of a message waiting on the ZeroMQ socket (over a data channel: a probe), or None."""
+        if sock.get(_EVENTS) & _POLLIN:
+            self._message = sock
+            return sock.recv()
+        return None
 
     @staticmethod
     def _spin_for_command(data: Channel, until: float) -> Record | None:

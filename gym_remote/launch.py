@@ -101,8 +101,7 @@ class LocalClients:
         max_restarts: how many times in a row a client may die without having served a step before
             :meth:`schedule_restart` gives up on it.
         data_plane: the clients offer the server the same-host data plane (see ``RemoteVectorEnv``).
-
-    :attr:`spin` is the clients' ``spin`` (see :class:`~gym_remote.EnvClient`), 0 unless set before :meth:`start`.
+        spin: the clients' ``spin`` over the data plane (see :class:`~gym_remote.EnvClient`).
 
     A client whose env function raised, or whose envs' spaces do not fit, is not restarted:
     :meth:`poll` raises its error (it would fail the same way again).
@@ -117,10 +116,11 @@ class LocalClients:
         liveness_timeout: float = 10.0,
         max_restarts: int = 3,
         data_plane: bool = True,
+        spin: float = 0.0,
     ) -> None:
         self.env_fns = list(env_fns)
         self.data_plane = data_plane
-        self.spin = 0.0  # the clients' spin (EnvClient's), set by the vector env once it chose its own
+        self.spin = spin
         self.workdir = tempfile.mkdtemp(prefix="gym-remote-")  # mode 0700: the payloads and the server's endpoint
         self.connect_timeout = connect_timeout
         self.liveness_timeout = liveness_timeout

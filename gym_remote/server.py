@@ -248,7 +248,7 @@ class SlotServer:
         self._message = sock
         self._fds.register(sock.get(zmq.FD), select.POLLIN)
         self.address = _connectable(sock.getsockopt_string(zmq.LAST_ENDPOINT))
-        if data_plane and channel.AVAILABLE:
+        if channel.wanted(data_plane):
             try:
                 self._listener = Listener(channel.address_for(self.address), max_frame_bytes=self.max_message_bytes)
             except OSError as error:  # e.g. the name is taken: another server binds this endpoint too
@@ -608,12 +608,6 @@ class SlotServer:
             self._drain()
             raise
 
-    def _spin_until_readable(self, until: float) -> None:
-        """Busy-check the socket until a message is there or ``until`` (``time.perf_counter``) passed."""
-        events, clock, readable = self.socket.get, time.perf_counter, _POLLIN
-        while not events(_EVENTS) & readable and clock() < until:
-            pass
-
     def _poll_once(self, spin: bool = False) -> None:
         """Handle the next message (waiting at most ``POLL_SECONDS`` for it), then the periodic checks.
 
@@ -638,10 +632,11 @@ class SlotServer:
         None if none came, or if what came was malformed or a channel closing (then handled).
         ``spin``: busy-check first (see ``spin``), while replies have lately come within that time.
         """
-        spinning = spin and self._typical_wait < self.spin
+        if spin and self._typical_wait < self.spin:
+            message = self._spin_for_message(time.perf_counter() + self.spin)
+            if message is not None:
+                return message or None
         if not self._channels:
-            if spinning:
-                self._spin_until_readable(time.perf_counter() + self.spin)
             try:
                 return self._receive()
             except zmq.Again:
@@ -649,10 +644,6 @@ class SlotServer:
         for identity, data in self._channels.items():  # a record already received needs no syscall
             if data.buffered():
                 return self._read_channel(identity, data) or None
-        if spinning:
-            message = self._spin_for_message(time.perf_counter() + self.spin)
-            if message is not None:
-                return message or None
         # One poll() for the channels and the ROUTER socket. libzmq's descriptor only signals that the
         # socket's state may have changed, and is reset by reading ZMQ_EVENTS: so the events are read
         # before every sleep, and a message that arrives after that read wakes the poll.

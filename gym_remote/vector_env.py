@@ -263,7 +263,7 @@ class RemoteVectorEnv(VectorEnv):
         self._partial: PartialBatches | None = None  # send / recv (once the spaces are known)
         self._finalizer: weakref.finalize | None = None  # closes what a vector env dropped unclosed leaves
 
-        data_plane = channel.enabled_by_default() if data_plane is None else bool(data_plane)
+        data_plane = channel.wanted(data_plane)
         try:
             if env_fns is not None:
                 if launcher is not None:
@@ -271,6 +271,13 @@ class RemoteVectorEnv(VectorEnv):
                 count = num_clients if num_clients is not None else min(os.cpu_count() or 1, len(env_fns))
                 if not 1 <= count <= len(env_fns):
                     raise ValueError(f"num_clients must be between 1 and len(env_fns)={len(env_fns)}, got {count}")
+                local_processes = count
+            else:
+                local_processes = launcher.local_processes if launcher is not None else 0
+            if spin is None:  # a spinning learner would take a core the local clients need
+                spin = default_spin(local_processes)
+            self.spin = spin
+            if env_fns is not None:
                 launcher = LocalClients(
                     env_fns,
                     count,
@@ -278,13 +285,9 @@ class RemoteVectorEnv(VectorEnv):
                     liveness_timeout=liveness_timeout,
                     max_restarts=max_restarts,
                     data_plane=data_plane,
+                    spin=CLIENT_SPIN_SECONDS if spin > 0 else 0.0,  # they spin when the learner does: a core is free
                 )
             self._launcher = launcher
-            if spin is None:  # a spinning learner would take a core the local clients need
-                spin = default_spin(launcher.local_processes if launcher is not None else 0)
-            self.spin = spin
-            if isinstance(launcher, LocalClients):  # they spin when the learner does: a core is free for it
-                launcher.spin = CLIENT_SPIN_SECONDS if spin > 0 else 0.0
             bind = bind or (launcher.default_bind if launcher is not None else None) or "tcp://127.0.0.1:*"
             launched = launcher is not None and bool(launcher.launches)
             options = self.security
