@@ -755,6 +755,7 @@ class EnvClient:
             "allow_pickle": trusted,
             "launch": self._launch,
             "data_channel": {"token": self._channel_token.hex()} if self._channel is not None else None,
+            "dtypes": None,  # every dtype numpy has
         }
 
     def _open_channel(self) -> None:

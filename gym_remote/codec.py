@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 MAX_DEPTH = 64
+MAX_DIMENSIONS = 32
 """Deepest nesting of containers a decoded value may have."""
 
 _ARRAY_KINDS = frozenset("biufcmMUS")
@@ -113,12 +114,14 @@ class _Encoder:
         kind = type(value)
         if value is None or kind is bool or kind is str:
             return value
-        if kind is int:
-            return value if _INT64_MIN <= value <= _INT64_MAX else ["i", format(value, "x")]
+        if kind is int and _INT64_MIN <= value <= _INT64_MAX:
+            return value
         if kind is float and math.isfinite(value):
             return value
         if depth >= MAX_DEPTH:
             raise _Unencodable(f"it is nested deeper than {MAX_DEPTH} levels")
+        if kind is int:
+            return ["i", format(value, "x")]
         if kind is float:
             return ["f", repr(value)]
         if kind is dict or kind is list or kind is tuple:
@@ -160,6 +163,8 @@ class _Encoder:
 
     def array(self, array: np.ndarray, depth: int) -> Any:
         dtype = array.dtype
+        if array.ndim > MAX_DIMENSIONS:
+            raise _Unencodable(f"arrays have at most {MAX_DIMENSIONS} dimensions, this one has {array.ndim}")
         if dtype == np.dtype(object):
             items = [self.item(item, index, f"[{index}]", depth) for index, item in enumerate(array.ravel())]
             return ["o", list(array.shape), items]
@@ -323,7 +328,11 @@ class _Decoder:
                 raise ProtocolError(f"malformed value: {number} does not fit in {dtype}") from None
         if dtype.kind == "f" and dtype.itemsize <= 8:
             if type(number) in (int, float):
-                return dtype.type(number)
+                with np.errstate(over="ignore"):
+                    scalar = dtype.type(number)
+                if not np.isfinite(scalar):
+                    raise ProtocolError(f"malformed value: {number} does not fit in {dtype} (use 'inf' for infinity)")
+                return scalar
             if type(number) is str and number in _NON_FINITE:
                 return dtype.type(_NON_FINITE[number])
         raise ProtocolError(f"malformed value: 's' scalar {_preview(number)} does not suit dtype {dtype}")
@@ -385,7 +394,7 @@ def _expect_length(tree: list, length: int) -> None:
 
 
 def _check_shape(shape: Any) -> list[int]:
-    if type(shape) is not list or len(shape) > 32 or any(type(n) is not int or n < 0 for n in shape):
+    if type(shape) is not list or len(shape) > MAX_DIMENSIONS or any(type(n) is not int or n < 0 for n in shape):
         raise ProtocolError(f"malformed value: bad array shape {_preview(shape)}")
     return shape
 
@@ -415,7 +424,10 @@ def _parse_dtype(name: str) -> np.dtype:
 
 
 def _check_unicode(dtype: np.dtype, data: memoryview) -> None:
-    """Refuse 'U' data holding code points that are not characters (numpy would fail when reading them)."""
+    """Refuse 'U' data holding code points that are not characters (numpy would fail when reading them),
+    and bool data holding bytes other than 0 and 1."""
+    if dtype.kind == "b" and data.nbytes and np.frombuffer(data, dtype=np.uint8).max() > 1:
+        raise ProtocolError("malformed value: a bool array or scalar holds a byte other than 0 and 1")
     if dtype.kind == "U" and data.nbytes:
         units = np.frombuffer(data, dtype=dtype.byteorder.replace("|", "=") + "u4")
         if units.max() > 0x10FFFF:

@@ -105,13 +105,26 @@ def step(
         def build(client: ClientInfo, seq: int) -> list[Any]:
             plan = plan_of(client)
             subset = plan.indexes is not None
-            header = protocol.pack_step_header(seq, len(plan.slots), None if own_dtypes else dtypes, subset=subset)
+            rows = [leaf[plan.rows] for leaf in leaves]
+            sent_dtypes = dtypes
+            if not own_dtypes and client.dtypes is not None:
+                rows, sent_dtypes = _accepted_rows(rows, leaf_spaces, client.dtypes)
+            own = own_dtypes or all(dtype == space.dtype for dtype, space in zip(sent_dtypes, leaf_spaces, strict=True))
+            header = protocol.pack_step_header(seq, len(plan.slots), None if own else sent_dtypes, subset=subset)
             index_frames = [protocol.index_frame(plan.indexes)] if subset else []
-            return [header, *index_frames, *[leaf[plan.rows] for leaf in leaves]]
+            return [header, *index_frames, *rows]
 
         return build
 
     return messages
+
+
+def _accepted_rows(
+    rows: list[np.ndarray], leaf_spaces: list[gym.Space], accepted: frozenset[np.dtype]
+) -> tuple[list[np.ndarray], list[np.dtype]]:
+    """``rows`` with every leaf whose dtype the client does not accept cast to its space's dtype (HELLO ``dtypes``)."""
+    cast = [row if row.dtype in accepted else row.astype(space.dtype) for row, space in zip(rows, leaf_spaces)]
+    return cast, [row.dtype for row in cast]
 
 
 def _action_leaves(

@@ -67,6 +67,7 @@ class ClientInfo:
     key: str = ""  # the name of the CURVE key it authenticated with ("" without authentication)
     plane: str = "zmq"  # where its commands travel: "zmq", or "uds" (the same-host data channel)
     rejoins: int = 0
+    dtypes: frozenset[np.dtype] | None = None  # the dtypes it accepts in a STEP's array frames (None: any)
     joined_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
     last_probe: float = 0.0
@@ -88,6 +89,19 @@ class ClientInfo:
 
     def describe(self) -> str:
         return f"client {self.name!r} (slots {format_slots(self.slots)})"
+
+
+def accepted_dtypes(listed: Any) -> frozenset[np.dtype] | None:
+    """The dtypes a HELLO's ``dtypes`` says the client accepts in a STEP's array frames (None: any).
+
+    >>> sorted(dtype.str for dtype in accepted_dtypes(["<f4", "|u1"]))
+    ['<f4', '|u1']
+    """
+    if listed is None:
+        return None
+    if not isinstance(listed, list) or not all(isinstance(name, str) for name in listed):
+        raise ProtocolError("dtypes must be a list of dtype strings")
+    return frozenset(codec.check_dtype(name) for name in listed)
 
 
 def data_channel_token(hello: dict[str, Any]) -> bytes | None:
@@ -436,6 +450,7 @@ class Membership:
         if type(pid) is not int or type(rejoins) is not int or not isinstance(metadata, dict):
             raise ProtocolError("pid and rejoins must be ints, metadata a dict")
         render_mode = hello.get("render_mode")
+        dtypes = accepted_dtypes(hello.get("dtypes"))
         launch_index, trusted = self._check_launch(hello.get("launch"))
         if launch_index is None and self._reserved.all():
             raise _Refusal("private", "this server serves only the local clients it started itself")
@@ -474,6 +489,7 @@ class Membership:
             peer_address=peer.address,
             key=peer.key,
             rejoins=rejoins,
+            dtypes=dtypes,
         )
 
     def _check_launch(self, launch: Any) -> tuple[int | None, bool]:

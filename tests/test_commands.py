@@ -7,8 +7,8 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-from gym_remote import codec, commands, protocol
-from gym_remote.errors import EncodeError
+from gym_remote import codec, commands, membership, protocol
+from gym_remote.errors import EncodeError, ProtocolError
 from gym_remote.protocol import FLAG_DTYPES, FLAG_SUBSET, FLAG_VALUE, Kind
 from gym_remote.server import ClientInfo
 
@@ -74,6 +74,34 @@ def test_array_step_keeps_the_actions_dtype():
     frames = messages(commands.whole)(client([0, 1]), 1)
     assert protocol.parse_header(frames[0]).flags == FLAG_DTYPES
     assert protocol.parse_step_dtypes(frames[0], 1) == [np.dtype("<f8")]
+
+
+CORE_DTYPES = ["|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f4", "<f8"]
+
+
+def test_a_client_that_lists_its_dtypes_gets_the_others_cast_to_the_spaces_dtype():
+    space = spaces.Tuple((spaces.Box(-1, 1, (1,), np.float32), spaces.Discrete(3)))
+    actions = (np.array([[0.5], [0.25]], dtype=np.float16), np.array([2, 1], dtype=np.int32))
+    messages = commands.step(actions, 2, space, codec.array_leaf_spaces(space), batch_space(space, 2))
+    core = client([0, 1])
+    core.dtypes = membership.accepted_dtypes(CORE_DTYPES)
+    frames = messages(commands.whole)(core, 3)
+    assert protocol.parse_step_dtypes(frames[0], 2) == [np.dtype("<f4"), np.dtype("<i4")]  # int32 is core
+    assert frames[1].dtype == np.float32 and frames[1].tolist() == [[0.5], [0.25]]
+    narrow = client([0, 1])
+    narrow.dtypes = membership.accepted_dtypes(["<f4", "<i8"])
+    frames = messages(commands.whole)(narrow, 4)
+    assert protocol.parse_header(frames[0]).flags == 0  # both cast to the spaces' own dtypes
+    assert (frames[1].dtype, frames[2].dtype) == (np.float32, np.int64) and frames[2].tolist() == [2, 1]
+    frames = messages(commands.whole)(client([0, 1]), 5)  # no list: any dtype, as the learner gave it
+    assert protocol.parse_step_dtypes(frames[0], 2) == [np.dtype("<f2"), np.dtype("<i4")]
+
+
+@pytest.mark.parametrize("listed", ["<f4", ["<f4", 3], ["|O8"], ["<f4,<f4"]])
+def test_a_hello_dtypes_list_that_is_not_dtype_strings_is_malformed(listed):
+    with pytest.raises((ProtocolError, ValueError, TypeError)):
+        membership.accepted_dtypes(listed)
+    assert membership.accepted_dtypes(None) is None
 
 
 def test_lists_travel_as_values_split_like_sync_vector_env():

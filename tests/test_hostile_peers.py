@@ -671,6 +671,8 @@ NON_MEMBER_CASES = {
         "launch token",
     ),
     "HELLO with a launch that is not a dict": (_hello_with(launch="me"), Kind.REFUSE, "invalid", "launch token"),
+    "HELLO with dtypes that are not a list": (_hello_with(dtypes="<f4"), Kind.REFUSE, "invalid", "dtypes"),
+    "HELLO with an object dtype in dtypes": (_hello_with(dtypes=["<f4", "|O8"]), Kind.REFUSE, "invalid", "dtype"),
     "STEP from a non-member": (
         lambda s: [protocol.pack_step_header(1, 2), np.array([1, 0], np.int64).tobytes()],
         Kind.EVICT,
