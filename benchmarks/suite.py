@@ -25,6 +25,7 @@ from typing import Any
 
 import bench_envs
 import cloudpickle
+import cpp_clients
 import gymnasium as gym
 import numpy as np
 import partial_batches as partial_case
@@ -149,6 +150,17 @@ def echo_case(
     )
 
 
+def cpp_rows(env: str, spaces: tuple[gym.Space, gym.Space], num_envs: int) -> dict[str, Callable[[], Any]]:
+    """The C++ client (clients/cpp) serving ``env`` over ZeroMQ ipc, 1 client and one per core, if it is built."""
+    if not cpp_clients.available():
+        return {}
+    layouts = {"1 client": 1, f"{min(CORES, num_envs)} clients (1/core)": min(CORES, num_envs)}
+    return {
+        f"C++ client, ipc, {layout}": lambda clients=clients: cpp_clients.CppClients(env, spaces, num_envs, clients)
+        for layout, clients in layouts.items()
+    }
+
+
 def pipe_workers_label(workers: int) -> str:
     return f"plain workers over pipes, {workers} worker{'s' if workers > 1 else ''}"
 
@@ -209,6 +221,9 @@ def transport_floor(steps: int, repeats: int) -> Case:
                     ),
                     measure,
                 )
+    null = bench_envs.NullEnv()
+    for label, make in cpp_rows("null", (null.observation_space, null.action_space), 8).items():
+        cases[label] = (make, measure)
     case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     case.baseline = next(iter(case.medians))
     return case
@@ -473,10 +488,20 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 3)
     scale = 0.1 if args.quick else 1.0
     sizes = [1, 8, 64] if args.quick else [1, 2, 4, 8, 16, 32, 64]
+    if not cpp_clients.available():
+        print(f"No C++ client built in {cpp_clients.BUILD} (see benchmarks/cpp_clients.py): no C++ client rows.")
     cartpole, busy, frames = "CartPole-v1, 8 envs", "An env whose step burns 1 ms of CPU, 8 envs", "Atari-sized frames"
+    reference = gym.make("CartPole-v1")
     runners: dict[str, Callable[[], Case]] = {
         "cartpole": lambda: compare(
-            "cartpole", cartpole, lambda: gym.make("CartPole-v1"), 8, int(4000 * scale), repeats, (16, 8)
+            "cartpole",
+            cartpole,
+            lambda: gym.make("CartPole-v1"),
+            8,
+            int(4000 * scale),
+            repeats,
+            (16, 8),
+            references=cpp_rows("cartpole", (reference.observation_space, reference.action_space), 8),
         ),
         "busy": lambda: compare(
             "busy",

@@ -6,6 +6,8 @@ script), the agent, then the loop of rollouts and updates. Needs torch
 
     python examples/cleanrl_ppo.py                        # 500k steps, a minute or two on 2 cores
     python examples/cleanrl_ppo.py --total-timesteps 4096 # a quick look
+    python examples/cleanrl_ppo.py --bind tcp://127.0.0.1:5555  # clients you start yourself, e.g. the
+        # C++ CartPole: clients/cpp/build/gym_remote_cartpole_client tcp://127.0.0.1:5555 --num-envs 4
 
 It prints the mean return of the last 20 episodes after every update; with the defaults it ended
 at 480 (seed 1) on a 2-core VM. For a script written for Gymnasium 0.29's info layout, see the
@@ -35,6 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--total-timesteps", type=int, default=500_000)
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--num-clients", type=int, default=1, help="local env processes")
+    parser.add_argument(
+        "--bind", help="serve --num-envs slots at this address to clients started elsewhere (default: local ones)"
+    )
     parser.add_argument("--num-steps", type=int, default=128, help="steps per env in each rollout")
     parser.add_argument("--learning-rate", type=float, default=2.5e-4)
     parser.add_argument("--gamma", type=float, default=0.99)
@@ -91,9 +96,18 @@ def train(args: argparse.Namespace) -> float:
     torch.set_num_threads(args.threads)
 
     # The one line that differs from a SyncVectorEnv script: the envs run in client processes.
-    envs = RemoteVectorEnv(
-        [make_env(args.env_id) for _ in range(args.num_envs)], num_clients=args.num_clients, autoreset_mode="SameStep"
-    )
+    if args.bind is None:
+        env_fns = [make_env(args.env_id) for _ in range(args.num_envs)]
+        envs = RemoteVectorEnv(env_fns, num_clients=args.num_clients, autoreset_mode="SameStep")
+    else:  # clients in any language join at args.bind; their spaces must be env_id's
+        reference = gym.make(args.env_id)
+        envs = RemoteVectorEnv(
+            num_envs=args.num_envs,
+            bind=args.bind,
+            observation_space=reference.observation_space,
+            action_space=reference.action_space,
+            autoreset_mode="SameStep",
+        )
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete actions"
 

@@ -6,7 +6,9 @@ Subcommands:
 * ``demo`` runs a rollout on CartPole through local clients and reports speed and episode statistics;
 * ``serve`` runs the same rollout on a server that remote clients join;
 * ``bench`` measures an env's steps per second in SyncVectorEnv, AsyncVectorEnv and RemoteVectorEnv;
-* ``keygen NAME --dir DIR`` writes a CURVE key pair (``DIR/NAME.key``, ``DIR/NAME.key_secret``).
+* ``keygen NAME --dir DIR`` writes a CURVE key pair (``DIR/NAME.key``, ``DIR/NAME.key_secret``);
+* ``conformance -- CLIENT_COMMAND...`` checks a client, in any language, against the protocol
+  (docs/CONFORMANCE.md).
 
 Exit codes: 0 done, 1 failed at run time (refused, timed out, env error), 2 bad usage, 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM).
@@ -202,6 +204,36 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("name", metavar="NAME", help="the key pair's name, e.g. server or worker-1")
     keygen.add_argument("--dir", default=".", help="directory to write into (default: the current one)")
     keygen.set_defaults(handler=_run_keygen)
+
+    conformance = commands.add_parser(
+        "conformance",
+        help="check a client, in any language, against the protocol",
+        description="Start CLIENT_COMMAND (with {endpoint}, {num_envs}, {liveness_timeout} and {security} "
+        "filled in) for each check, and check what it does: its probe envs' values against SyncVectorEnv, "
+        "the wire, its lifecycle and security. See docs/CONFORMANCE.md.",
+    )
+    conformance.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    conformance.add_argument(
+        "--only",
+        metavar="GROUPS",
+        type=lambda text: [group.strip() for group in text.split(",") if group.strip()],
+        help="comma-separated groups to run: wire, values, lifecycle, security (default: all)",
+    )
+    conformance.add_argument(
+        "--liveness-timeout",
+        type=_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="the liveness timeout of the servers and the clients (default: %(default)s)",
+    )
+    conformance.add_argument(
+        "client_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- CLIENT_COMMAND...",
+        help="the client to check, e.g. -- gym-remote client {endpoint} --env gym_remote/Probe-v0 "
+        "--num-envs {num_envs} --liveness-timeout {liveness_timeout} {security}",
+    )
+    conformance.set_defaults(handler=_run_conformance)
     return parser
 
 
@@ -315,6 +347,32 @@ def _run_keygen(args: argparse.Namespace) -> int:
     public, secret = create_key_files(args.name, args.dir)
     print(f"public key (share it): {public}\nsecret key (keep it private): {secret}")
     return EXIT_OK
+
+
+def _run_conformance(args: argparse.Namespace) -> int:
+    from gym_remote.conformance import runner
+
+    command = args.client_command[1:] if args.client_command[:1] == ["--"] else args.client_command
+    if not command:
+        raise ValueError("give the client command after --, e.g. gym-remote conformance -- ./my_client {endpoint}")
+    if "{endpoint}" not in " ".join(command):
+        raise ValueError("the client command must contain {endpoint}, where the address to connect to goes")
+    if args.log_level == "WARNING":
+        # The checks lose, kill and refuse clients on purpose; the servers' warnings about it are noise here.
+        logging.getLogger("gym_remote").setLevel(logging.ERROR)
+
+    def progress(result) -> None:
+        print(
+            f"{'pass' if result.passed else 'FAIL'}  {result.group}: {result.name} ({result.seconds:.1f} s)", flush=True
+        )
+
+    report = runner.run(command, groups=args.only, liveness_timeout=args.liveness_timeout, progress=progress)
+    print()
+    print(report.text())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as file:
+            file.write(report.dumps() + "\n")
+    return EXIT_OK if report.passed else EXIT_FAILED
 
 
 def _run_demo(args: argparse.Namespace) -> int:

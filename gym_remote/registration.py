@@ -18,6 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from gym_remote.probe import PROBE_ENV_ID
 from gym_remote.vector_env import RemoteVectorEnv
 
 __all__ = ["REMOTE_VECTOR_ENV_ID", "make_remote_vector_env", "register"]
@@ -42,6 +43,9 @@ def make_remote_vector_env(
 
 
 def register() -> None:
-    """Register :data:`REMOTE_VECTOR_ENV_ID` with Gymnasium (once)."""
+    """Register :data:`REMOTE_VECTOR_ENV_ID` and the conformance probe env ``gym_remote/Probe-v0`` (once)."""
     if REMOTE_VECTOR_ENV_ID not in gym.registry:
         gym.register(id=REMOTE_VECTOR_ENV_ID, vector_entry_point=f"{__name__}:make_remote_vector_env")
+    if PROBE_ENV_ID not in gym.registry:
+        # No env checker: it warns about the probe's infinite Box bounds, which are there on purpose.
+        gym.register(id=PROBE_ENV_ID, entry_point="gym_remote.probe:ProbeEnv", disable_env_checker=True)

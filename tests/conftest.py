@@ -30,15 +30,19 @@ ONE_PLANE_MODULES = {
     "test_channel",
     "test_codec",
     "test_commands",
+    "test_conformance_units",
+    "test_cpp_client",
     "test_data_plane",
     "test_docs",
     "test_episodes",
     "test_membership",
     "test_partial_state",
+    "test_probe",
     "test_protocol",
     "test_protocol_document",
     "test_security_units",
     "test_structure",
+    "test_test_vectors",
 }
 
 
@@ -129,6 +133,36 @@ def stack():
     """An ExitStack: teardown in reverse order of registration (servers close before their clients stop)."""
     with contextlib.ExitStack() as exit_stack:
         yield exit_stack
+
+
+CPP_CLIENT_SOURCE = REPO_ROOT / "clients" / "cpp"
+CPP_BUILD_SECONDS = 900
+
+
+@pytest.fixture(scope="session")
+def cpp_build() -> Path:
+    """The C++ client (clients/cpp) built with CMake, once per test run: its build directory.
+
+    Needs CMake, g++ and the Debian packages libzmq3-dev, cppzmq-dev, nlohmann-json3-dev and
+    libsodium-dev (.ci/run installs them).
+    """
+    build = CPP_CLIENT_SOURCE / "build"
+    steps = (
+        ["cmake", "-S", str(CPP_CLIENT_SOURCE), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
+        ["cmake", "--build", str(build), "-j", str(os.cpu_count() or 1)],
+    )
+    for step in steps:
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=CPP_BUILD_SECONDS)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            pytest.fail(f"building the C++ client failed: {' '.join(step)}: {error}")
+        if done.returncode != 0:
+            pytest.fail(
+                f"building the C++ client failed: {' '.join(step)} exited with {done.returncode} (it needs cmake, "
+                "g++, libzmq3-dev, cppzmq-dev, nlohmann-json3-dev and libsodium-dev):\n"
+                f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            )
+    return build
 
 
 @pytest.fixture

@@ -34,8 +34,8 @@ def test_remote_cartpole_is_not_slower_than_async_vector_env():
     pytest.fail(f"RemoteVectorEnv stepped CartPole slower than AsyncVectorEnv in 3 attempts: {attempts}")
 
 
-@pytest.mark.timeout(240)
-def test_the_suite_runs_and_writes_its_results(tmp_path):
+@pytest.mark.timeout(300)
+def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
     result = subprocess.run(
         [
             sys.executable,
@@ -61,6 +61,8 @@ def test_the_suite_runs_and_writes_its_results(tmp_path):
     if linux:  # a Unix socket, and shared memory woken through eventfds
         assert {"raw uds, 1 client", "raw shm, 1 client"} <= set(floor), sorted(floor)
     assert ("Remote uds, 1 client" in floor) == uds, sorted(floor)
+    cpp_rows = {"C++ client, ipc, 1 client", f"C++ client, ipc, {min(suite.CORES, 8)} clients (1/core)"}
+    assert cpp_rows <= set(floor), sorted(floor)  # the C++ client (clients/cpp) next to the Python one
     assert all(value > 0 for value in floor.values())
     training = report["cases"][1]["medians"]
     expected = {"SyncVectorEnv", "AsyncVectorEnv", "Remote ipc, 1 client", "Remote ipc, 1 client, spin=0"}

@@ -33,6 +33,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space, iterate
 
 from gym_remote import RemoteEnvError, RemoteVectorEnv
+from gym_remote.conformance.reference import unbatch_info
 from gym_remote.errors import RemoteTimeoutError
 from tests.envs.partial import TimedEnv, make_space_env, make_timed
 from tests.helpers import KillWhenMarked, ThreadClient, kill_local_clients, wait_until
@@ -55,20 +56,6 @@ class Entry:
     terminated: bool
     truncated: bool
     info: dict[str, Any]
-
-
-def unbatch_info(infos: dict[str, Any], position: int, top: bool = True) -> dict[str, Any]:
-    """The info of batch ``position`` from Gymnasium's batched layout (``key`` with its mask ``_key``)."""
-    info = {}
-    for key, value in infos.items():
-        if (isinstance(key, str) and key.startswith("_")) or (top and key == "env_id"):
-            continue
-        mask = infos.get(f"_{key}")
-        assert mask is not None, f"info key {key!r} without its mask in {infos}"
-        if not mask[position]:
-            continue
-        info[key] = unbatch_info(value, position, top=False) if isinstance(value, dict) else value[position]
-    return info
 
 
 def unbatch(space, results, count: int) -> list[tuple[Any, float, bool, bool, dict]]:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(30)
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gym_remote"
 MODULES = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem not in ("__init__", "__main__"))
-SOCKET_FREE = ["membership", "episodes", "commands", "batch", "codec", "protocol", "errors"]
+SOCKET_FREE = ["membership", "episodes", "commands", "batch", "codec", "protocol", "errors", "probe"]
 IO_MODULES = {"server", "transport", "client", "launch", "security", "vector_env", "partial", "cli", "bench"}
 
 

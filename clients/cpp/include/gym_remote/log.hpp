@@ -1,0 +1,18 @@
+// The client's log: lines on stderr, as Python's logging.basicConfig writes them
+// ("2024-05-01 12:00:00,123 gym_remote.client WARNING message").
+#pragma once
+
+#include <string>
+
+namespace gym_remote {
+
+enum class LogLevel { kDebug = 10, kInfo = 20, kWarning = 30, kError = 40 };
+
+// Messages below `level` are dropped (default: kWarning). Thread-safe.
+void SetLogLevel(LogLevel level);
+LogLevel GetLogLevel();
+// "DEBUG", "INFO", "WARNING", "ERROR" (any case).
+bool ParseLogLevel(const std::string& text, LogLevel* level);
+void Log(LogLevel level, const std::string& message);
+
+}  // namespace gym_remote

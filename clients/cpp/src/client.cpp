@@ -1,0 +1,997 @@
+#include "gym_remote/client.hpp"
+
+#include <sodium.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "gym_remote/codec.hpp"
+#include "gym_remote/log.hpp"
+#include "gym_remote/protocol.hpp"
+#include "hosted_envs.hpp"
+#include "text.hpp"
+#include "transport.hpp"
+
+namespace gym_remote {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kIdlePollMs = 200;        // how often an idle client checks whether it was asked to stop
+constexpr int kHandshakeFailures = 3;   // security handshakes cut off in a row before giving up
+constexpr int kCloseLingerMs = 1000;    // how long a last BYE may still take to leave
+
+bool Forever(double seconds) { return !(seconds > 0) || std::isinf(seconds); }
+
+std::string Seconds(double seconds) {  // Python's "%g"
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", seconds);
+  return text;
+}
+
+class Deadline {
+ public:
+  static Deadline After(double seconds) {
+    Deadline deadline;
+    deadline.forever_ = Forever(seconds);
+    if (!deadline.forever_) {
+      deadline.at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    }
+    return deadline;
+  }
+  bool passed() const { return !forever_ && Clock::now() > at_; }
+
+ private:
+  bool forever_ = true;
+  Clock::time_point at_;
+};
+
+std::string NewSession() {
+  unsigned char bytes[16];
+  randombytes_buf(bytes, sizeof(bytes));
+  return Hex(std::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+std::string FormatSlots(const std::vector<std::int64_t>& slots) {
+  if (slots.empty()) return "none";
+  std::string out;
+  std::size_t i = 0;
+  while (i < slots.size()) {
+    std::size_t j = i;
+    while (j + 1 < slots.size() && slots[j + 1] == slots[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(slots[i]);
+    if (j > i) out += "-" + std::to_string(slots[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+bool NonEmptyDict(const Value& info) {
+  return (info.kind() == Value::Kind::kDict && !info.entries().empty()) ||
+         (info.kind() == Value::Kind::kPairDict && !info.pairs().empty());
+}
+
+// The reason of an EncodeValue failure whose `what` was "": its message less "cannot send PATH: ".
+std::string EncodeReason(const Status& status, const std::vector<PathStep>& path) {
+  std::size_t skip = std::string("cannot send ").size() + 2;
+  for (const PathStep& step : path) skip += step.text.size();
+  return skip <= status.message().size() ? status.message().substr(skip) : status.message();
+}
+
+Status Protocol(const std::string& message) { return Status::Error(StatusCode::kProtocolError, message); }
+
+// The outcome of handling one command.
+enum class Outcome { kContinue, kClosed, kEvicted };
+
+// A received message: its header and frames, read in order.
+struct Message {
+  Header header;
+  std::vector<std::string> frames;
+  std::size_t next = 1;  // the next frame to read
+
+  bool has_more() const { return next < frames.size(); }
+};
+
+}  // namespace
+
+// -- security options -------------------------------------------------------------------------------
+
+Status ConfigureSecurity(const std::string& server_key, const std::string& client_key, const std::string& secret,
+                         ClientOptions* options) {
+  if (!secret.empty()) {
+    if (!server_key.empty() || !client_key.empty()) {
+      return Status::Error(StatusCode::kInvalidArgument, "give secret, or server_key and client_key, not both");
+    }
+    KeyPair server, clients;
+    GYM_REMOTE_RETURN_IF_ERROR(KeysFromSecret(secret, &server, &clients));
+    options->server_public_key = server.public_key;
+    options->client_keys = clients;
+    return Status::Ok();
+  }
+  if (server_key.empty() && client_key.empty()) return Status::Ok();
+  if (server_key.empty() || client_key.empty()) {
+    return Status::Error(StatusCode::kInvalidArgument,
+                         "a CURVE client needs both server_key (the server's NAME.key) and client_key (its own "
+                         "NAME.key_secret)");
+  }
+  GYM_REMOTE_RETURN_IF_ERROR(LoadPublicKey(server_key, &options->server_public_key));
+  return LoadKeyPair(client_key, &options->client_keys);
+}
+
+// -- the client -------------------------------------------------------------------------------------
+
+struct Client::Impl {
+  ClientOptions options;
+  std::vector<Env*> envs;
+  std::atomic<bool> stop{false};
+
+  mutable std::mutex mutex;  // guards session, slots, rejoins for the accessors
+  std::string session;
+  std::vector<std::int64_t> slots;
+  int rejoins = 0;
+
+  std::unique_ptr<HostedEnvs> hosted;
+  std::unique_ptr<zmq::context_t> context;
+  std::unique_ptr<Connection> connection;
+  bool secure = false;
+  std::string previous_session;
+  std::string welcomed_session;
+  int cut_handshakes = 0;
+  bool denied_for_now = false;
+  std::optional<std::int64_t> max_message_bytes;
+  std::string lost_reason;
+  double join_timeout = 0;
+
+  std::string Prefix() const { return "client " + options.name + ": "; }
+
+  Status Run();
+  Status Validate();
+  Status OpenSocket();
+  Status Join(double timeout, bool* closed);
+  Status SendHello(const Deadline& deadline);
+  Value Hello();
+  Status ReadWelcome(const Message& message);
+  Status ConnectionDropped(bool* dropped);
+  Status NoAnswer() const;
+  Status Serve(bool* closed);
+  Status Handle(Message* message, Outcome* outcome);
+  Status ReadIndexes(Message* message, std::vector<std::size_t>* indexes);
+  Status ReadValue(Message* message, Value* value);
+  Status ReadActions(Message* message, std::size_t count, std::vector<Value>* actions);
+  Status SendResult(std::uint64_t seq, const std::vector<std::size_t>& indexes, const std::vector<Value>& infos,
+                    const std::vector<Value>& finals, CommandError* error);
+  Status SendCallResult(std::uint64_t seq, const std::vector<std::size_t>& indexes, Value results);
+  Status SendError(std::uint64_t seq, const CommandError& error, bool expected);
+  Status CheckSizes(const std::vector<std::string>& frames) const;
+  void SendBye(std::uint64_t seq, bool dont_wait);
+  bool Sleep(double seconds);  // false if asked to stop meanwhile
+};
+
+Client::Client(ClientOptions options, std::vector<Env*> envs) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->envs = std::move(envs);
+  if (impl_->options.name.empty()) impl_->options.name = HostName() + ":" + std::to_string(getpid());
+}
+
+Client::~Client() = default;
+
+void Client::RequestStop() { impl_->stop.store(true); }
+
+std::string Client::session() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->session;
+}
+
+int Client::rejoins() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->rejoins;
+}
+
+std::vector<std::int64_t> Client::slots() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->slots;
+}
+
+Status Client::Run() {
+  try {
+    return impl_->Run();
+  } catch (const std::exception& error) {  // nothing may cross the boundary (bad_alloc, a bug)
+    return Status::Error(StatusCode::kInternal, impl_->Prefix() + "internal error: " + error.what());
+  }
+}
+
+Status Client::Impl::Validate() {
+  if (envs.empty()) return Status::Error(StatusCode::kInvalidArgument, "the client needs at least one env");
+  if (envs.size() > kMaxEnvsPerClient) {
+    return Status::Error(StatusCode::kInvalidArgument, "one client can host at most 65535 envs, got " +
+                                                           std::to_string(envs.size()));
+  }
+  for (std::size_t i = 0; i < envs.size(); ++i) {
+    if (envs[i] == nullptr) return Status::Error(StatusCode::kInvalidArgument, "env " + std::to_string(i) + " is null");
+    for (std::size_t j = 0; j < i; ++j) {
+      if (envs[j] == envs[i]) {
+        return Status::Error(StatusCode::kInvalidArgument,
+                             "envs " + std::to_string(j) + " and " + std::to_string(i) +
+                                 " are the same env object: one env cannot serve several slots");
+      }
+    }
+  }
+  if (!(options.liveness_timeout > 0) || std::isinf(options.liveness_timeout)) {
+    return Status::Error(StatusCode::kInvalidArgument, "liveness_timeout must be a positive number of seconds");
+  }
+  GYM_REMOTE_RETURN_IF_ERROR(CheckEndpoint(options.endpoint));
+  const bool any = !options.server_public_key.empty() || !options.client_keys.public_key.empty() ||
+                   !options.client_keys.secret_key.empty();
+  secure = !options.server_public_key.empty() && !options.client_keys.public_key.empty() &&
+           !options.client_keys.secret_key.empty();
+  if (any && !secure) {
+    return Status::Error(StatusCode::kInvalidArgument,
+                         "CURVE needs the server's public key and this client's public and secret keys");
+  }
+  if (!secure && !IsLocalEndpoint(options.endpoint)) {
+    Log(LogLevel::kWarning, Prefix() + "connecting to " + options.endpoint +
+                                " without authentication or encryption; anyone on the network path can read and "
+                                "change the traffic (see --server-key/--client-key or --secret-file)");
+  }
+  return Status::Ok();
+}
+
+Status Client::Impl::Run() {
+  GYM_REMOTE_RETURN_IF_ERROR(Validate());
+  if (sodium_init() < 0) return Status::Error(StatusCode::kInternal, "libsodium failed to initialize");
+  hosted = std::make_unique<HostedEnvs>(envs);
+  Status result;
+  try {
+    context = std::make_unique<zmq::context_t>();
+    connection = std::make_unique<Connection>(context.get());
+    result = OpenSocket();
+    double timeout = options.connect_timeout;
+    while (result.ok()) {
+      bool closed = false;
+      result = Join(timeout, &closed);
+      if (!result.ok() || closed) break;
+      result = Serve(&closed);
+      if (!result.ok() || closed) break;
+      if (!options.reconnect) {
+        result = Status::Error(StatusCode::kLost, Prefix() + "lost the server at " + options.endpoint + lost_reason);
+        break;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++rejoins;
+      }
+      lost_reason.clear();
+      timeout = options.reconnect_timeout;
+      Log(LogLevel::kWarning, Prefix() + "lost the server at " + options.endpoint + "; rejoining");
+      result = OpenSocket();
+    }
+  } catch (const zmq::error_t& error) {
+    result = Status::Error(StatusCode::kInternal, Prefix() + "ZeroMQ failed: " + error.what());
+  }
+  hosted->Close();
+  if (connection) connection->Close(kCloseLingerMs);
+  connection.reset();
+  if (context) context->close();  // waits for the linger of the last socket (bounded)
+  context.reset();
+  return result;
+}
+
+// -- connection -------------------------------------------------------------------------------------
+
+Status Client::Impl::OpenSocket() {
+  connection->Close(0);
+  previous_session = welcomed_session;  // a membership the server may still hold
+  ConnectionOptions open;
+  open.endpoint = options.endpoint;
+  open.routing_id = NewSession();
+  open.liveness_timeout = options.liveness_timeout;
+  open.curve = secure;
+  open.server_public_key = options.server_public_key;
+  open.client_keys = options.client_keys;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    session = open.routing_id;
+  }
+  Status status = connection->Open(open);
+  if (!status.ok()) return status.With(Prefix());
+  return Status::Ok();
+}
+
+bool Client::Impl::Sleep(double seconds) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (Clock::now() < until) {
+    if (stop.load()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return !stop.load();
+}
+
+Status Client::Impl::ConnectionDropped(bool* dropped) {
+  *dropped = false;
+  MonitorEvent event;
+  while (connection->NextEvent(&event)) {
+    switch (event.event) {
+      case ZMQ_EVENT_DISCONNECTED: *dropped = true; break;
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        cut_handshakes = 0;
+        denied_for_now = false;
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        if (++cut_handshakes >= kHandshakeFailures) {
+          const std::string hint = secure ? "is the server key the server's public key (or the secret the server's)?"
+                                          : "the server probably requires authentication (--server-key and "
+                                            "--client-key, or --secret-file)";
+          return Status::Error(StatusCode::kHandshakeFailed,
+                               Prefix() + "the server at " + options.endpoint + " cut off the ZeroMQ handshake " +
+                                   std::to_string(cut_handshakes) + " times in a row: " + hint);
+        }
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL: {
+        std::string message;
+        if (event.value != ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+          char code[16];
+          std::snprintf(code, sizeof(code), "%#x", event.value);
+          message = Prefix() + "the ZeroMQ handshake with " + options.endpoint + " failed (protocol error " + code + ")";
+        } else if (secure) {
+          message = Prefix() + "the server at " + options.endpoint +
+                    " does not use CURVE, but this client was given keys or a secret";
+        } else {
+          message = Prefix() + "the server at " + options.endpoint +
+                    " requires authentication: give --server-key and --client-key, or --secret-file";
+        }
+        return Status::Error(StatusCode::kHandshakeFailed, message);
+      }
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: {
+        if (event.value != 300 && event.value != 500) {
+          return Status::Error(StatusCode::kUnauthorized,
+                               Prefix() + "the server at " + options.endpoint +
+                                   " does not accept this client's key (ZAP status " + std::to_string(event.value) +
+                                   "): key not authorized; is its public key among the server's authorized keys?");
+        }
+        denied_for_now = true;  // too many connections, or too many handshakes: try again later
+        const double delay = 0.5 + 1.5 * (randombytes_uniform(1000001) / 1000000.0);
+        char text[16];
+        std::snprintf(text, sizeof(text), "%.1f", delay);
+        Log(LogLevel::kWarning, Prefix() + "the server at " + options.endpoint +
+                                    " is refusing connections for now (too many, or too fast); trying again in " +
+                                    text + " s");
+        Sleep(delay);
+        *dropped = true;
+        break;
+      }
+      default: break;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Client::Impl::NoAnswer() const {
+  if (denied_for_now) {
+    return Status::Error(StatusCode::kTimeout,
+                         Prefix() + "the server at " + options.endpoint +
+                             " kept refusing new connections (too many open connections, or too many handshakes "
+                             "from this address) until the connect timeout");
+  }
+  return Status::Error(StatusCode::kTimeout, Prefix() + "no answer from a server at " + options.endpoint +
+                                                 " within " + Seconds(join_timeout) +
+                                                 " s (is the address right, and is the server running?)");
+}
+
+// -- handshake --------------------------------------------------------------------------------------
+
+Value Client::Impl::Hello() {
+  // The distinct spaces of the envs, and each env's index into them.
+  auto distinct = [this](bool observation, Value* descriptions, Value* index) {
+    std::vector<Value> known;
+    *descriptions = Value::List();
+    *index = Value::List();
+    for (Env* env : envs) {
+      Value description = (observation ? env->observation_space() : env->action_space()).Describe();
+      std::size_t position = 0;
+      while (position < known.size() && known[position] != description) ++position;
+      if (position == known.size()) {
+        known.push_back(description);
+        descriptions->Append(std::move(description));
+      }
+      index->Append(Value::Int(static_cast<std::int64_t>(position)));
+    }
+  };
+  Value observation_spaces, observation_index, action_spaces, action_index;
+  distinct(true, &observation_spaces, &observation_index);
+  distinct(false, &action_spaces, &action_index);
+  // env 0's metadata, the entries that can travel
+  Value metadata = Value::Dict();
+  const Value env_metadata = envs[0]->metadata();
+  if (env_metadata.kind() == Value::Kind::kDict) {
+    for (const auto& entry : env_metadata.entries()) {
+      EncodedValue encoded;
+      if (EncodeValue(Value::Dict({entry}), &encoded).ok()) {
+        metadata.Set(entry.first, entry.second);
+      } else {
+        Log(LogLevel::kDebug, Prefix() + "metadata key '" + entry.first + "' cannot travel; left out");
+      }
+    }
+  }
+  const std::optional<std::string> render_mode = envs[0]->render_mode();
+  Value dtypes = Value::List();
+  for (DType dtype : AllDTypes()) dtypes.Append(Value::String(DTypeStr(dtype)));
+  std::string current_session;
+  int current_rejoins;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    current_session = session;
+    current_rejoins = rejoins;
+  }
+  Value hello = Value::Dict();
+  hello.Set("protocol", Value::Int(kProtocolVersion));
+  hello.Set("name", Value::String(options.name));
+  hello.Set("host", Value::String(HostName()));
+  hello.Set("pid", Value::Int(getpid()));
+  hello.Set("session", Value::String(current_session));
+  hello.Set("previous_session", previous_session.empty() ? Value() : Value::String(previous_session));
+  hello.Set("rejoins", Value::Int(current_rejoins));
+  hello.Set("wait", Value::Bool(options.wait_for_slot));
+  hello.Set("num_envs", Value::Int(static_cast<std::int64_t>(envs.size())));
+  hello.Set("observation_spaces", std::move(observation_spaces));
+  hello.Set("observation_space_index", std::move(observation_index));
+  hello.Set("action_spaces", std::move(action_spaces));
+  hello.Set("action_space_index", std::move(action_index));
+  hello.Set("metadata", std::move(metadata));
+  hello.Set("metadata_pickle", Value());
+  hello.Set("render_mode", render_mode ? Value::String(*render_mode) : Value());
+  hello.Set("allow_pickle", Value::Bool(false));
+  hello.Set("launch", Value());
+  hello.Set("data_channel", Value());  // this client has no same-host data plane (PROTOCOL.md §13)
+  hello.Set("dtypes", std::move(dtypes));  // the dtypes it accepts in a STEP's array frames
+  return hello;
+}
+
+Status Client::Impl::SendHello(const Deadline& deadline) {
+  while (true) {  // once per socket: the HELLO names the socket's session
+    EncodedValue encoded;
+    const Value hello = Hello();
+    Status status = EncodeValue(hello, &encoded, "HELLO");
+    if (!status.ok()) return status.With(Prefix());
+    std::vector<std::string> frames = {
+        PackHeader(MessageKind::kHello, 0, static_cast<std::uint16_t>(envs.size()), kFlagValue), encoded.body};
+    for (std::string_view buffer : encoded.buffers) frames.emplace_back(buffer);
+    bool reopen = false;
+    while (!reopen) {
+      status = connection->Send(frames, true);
+      if (status.ok()) {
+        Log(LogLevel::kInfo, Prefix() + "connecting to " + options.endpoint + " with " + std::to_string(envs.size()) +
+                                 " envs");
+        return Status::Ok();
+      }
+      if (status.code() != StatusCode::kTimeout) return status.With(Prefix());
+      // The socket cannot queue it: its connection was turned down (for good: an error; for now: reopen).
+      GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&reopen));
+      if (stop.load()) return Status::Error(StatusCode::kStopped, Prefix() + "stopped before it joined the server");
+      if (deadline.passed()) return NoAnswer();
+      if (!reopen) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    GYM_REMOTE_RETURN_IF_ERROR(OpenSocket());  // libzmq gave up on the old socket's connection
+  }
+}
+
+Status Client::Impl::Join(double timeout, bool* closed) {
+  *closed = false;
+  join_timeout = timeout;
+  Deadline deadline = Deadline::After(timeout);
+  GYM_REMOTE_RETURN_IF_ERROR(SendHello(deadline));
+  bool in_line = false;
+  Message message;
+  while (true) {
+    if (stop.load()) {
+      SendBye(0, true);  // leaves the line, if it is in one
+      return Status::Error(StatusCode::kStopped, Prefix() + "stopped before it joined the server at " +
+                                                     options.endpoint);
+    }
+    bool ready = false, event = false, got = false, too_many = false;
+    GYM_REMOTE_RETURN_IF_ERROR(connection->Poll(kIdlePollMs, &ready, &event));
+    if (ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Receive(&message.frames, &got, &too_many));
+    if (!got) {
+      bool dropped = false;
+      GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&dropped));
+      if (dropped) {
+        // The server went away before it welcomed us (or while we waited in line): the HELLO went to
+        // the old server. Start over with a new socket.
+        if (!denied_for_now) {
+          Log(LogLevel::kWarning, Prefix() + "the connection dropped before a WELCOME (the server restarted, or "
+                                             "the HELLO exceeds its message size limit); saying HELLO again");
+        }
+        if (deadline.passed() && !in_line) return NoAnswer();
+        GYM_REMOTE_RETURN_IF_ERROR(OpenSocket());
+        GYM_REMOTE_RETURN_IF_ERROR(SendHello(deadline));
+        continue;
+      }
+      if (deadline.passed()) {
+        if (in_line) {
+          return Status::Error(StatusCode::kTimeout, Prefix() + "no slot of the server at " + options.endpoint +
+                                                         " freed up within " + Seconds(options.slot_timeout) + " s");
+        }
+        return NoAnswer();
+      }
+      continue;
+    }
+    Status parsed = ParseHeader(message.frames[0], &message.header);
+    if (!parsed.ok()) {
+      Log(LogLevel::kWarning, Prefix() + "ignoring a malformed message before WELCOME: " + parsed.message());
+      continue;
+    }
+    const std::uint8_t kind = message.header.kind;
+    if (kind == static_cast<std::uint8_t>(MessageKind::kWelcome)) break;
+    if (kind == static_cast<std::uint8_t>(MessageKind::kRefuse)) {
+      Value answer;
+      message.next = 1;
+      Status read = ReadValue(&message, &answer);
+      if (!read.ok() || !answer.is_dict()) {
+        return Status::Error(StatusCode::kRefused, Prefix() + "the server at " + options.endpoint +
+                                                       " refused this client with a malformed REFUSE: " +
+                                                       read.message());
+      }
+      const Value* waiting = answer.Find("waiting");
+      const Value* reason = answer.Find("reason");
+      const std::string why = reason != nullptr && reason->kind() == Value::Kind::kString ? reason->text() : "?";
+      if (waiting != nullptr && waiting->kind() == Value::Kind::kBool && waiting->as_bool() && options.wait_for_slot) {
+        if (!in_line) {
+          Log(LogLevel::kInfo, Prefix() + why);
+          in_line = true;
+          deadline = Deadline::After(options.slot_timeout);
+        }
+        continue;
+      }
+      return Status::Error(StatusCode::kRefused,
+                           "server at " + options.endpoint + " refused client " + options.name + ": " + why);
+    }
+    if (kind == static_cast<std::uint8_t>(MessageKind::kClose)) {
+      Log(LogLevel::kInfo, Prefix() + "the server at " + options.endpoint + " closed before a slot freed up; exiting");
+      *closed = true;
+      return Status::Ok();
+    }
+    if (kind != static_cast<std::uint8_t>(MessageKind::kPing)) {
+      Log(LogLevel::kWarning, Prefix() + "ignoring " + KindName(kind) + " before WELCOME");
+    }
+  }
+  GYM_REMOTE_RETURN_IF_ERROR(ReadWelcome(message));
+  bool ignored = false;
+  GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&ignored));  // forget events from before this session's WELCOME
+  std::lock_guard<std::mutex> lock(mutex);
+  welcomed_session = session;
+  return Status::Ok();
+}
+
+Status Client::Impl::ReadWelcome(const Message& received) {
+  Message message = received;
+  message.next = 1;
+  Value welcome;
+  Status status = ReadValue(&message, &welcome);
+  auto malformed = [this](const std::string& why) {
+    return Status::Error(StatusCode::kProtocolError, Prefix() + "malformed WELCOME from " + options.endpoint + ": " + why);
+  };
+  if (!status.ok()) return malformed(status.message());
+  if (welcome.kind() != Value::Kind::kDict) return malformed("not a dict");
+  const Value* slot_list = welcome.Find("slots");
+  if (slot_list == nullptr || slot_list->kind() != Value::Kind::kList || slot_list->items().size() != envs.size()) {
+    return malformed("'slots' must list one slot per env");
+  }
+  std::vector<std::int64_t> new_slots;
+  for (const Value& slot : slot_list->items()) {
+    if (slot.kind() != Value::Kind::kInt) return malformed("a slot is not an int");
+    new_slots.push_back(slot.as_int());
+  }
+  const Value* mode_field = welcome.Find("autoreset_mode");
+  AutoresetMode mode;
+  if (mode_field == nullptr || mode_field->kind() != Value::Kind::kString ||
+      !ParseAutoresetMode(mode_field->text(), &mode)) {
+    return malformed("unknown autoreset_mode");
+  }
+  Space observation_space, action_space;
+  const Value* observation = welcome.Find("observation_space");
+  const Value* action = welcome.Find("action_space");
+  if (observation == nullptr || action == nullptr) return malformed("the spaces are missing");
+  status = Space::FromDescription(*observation, &observation_space);
+  if (status.ok()) status = Space::FromDescription(*action, &action_space);
+  if (!status.ok()) return malformed(status.message());
+  const Value* reset_first = welcome.Find("reset_first");
+  const Value* limit = welcome.Find("max_message_bytes");
+  max_message_bytes.reset();
+  if (limit != nullptr && limit->kind() == Value::Kind::kInt) max_message_bytes = limit->as_int();
+  const Value* pickle = welcome.Find("allow_pickle");
+  if (pickle != nullptr && pickle->kind() == Value::Kind::kBool && pickle->as_bool()) {
+    Log(LogLevel::kWarning, Prefix() + "the server turned the trusted (pickle) mode on, which this client does not "
+                                       "have; values are exchanged without pickle");
+  }
+  hosted->Configure(observation_space, action_space, mode,
+                    reset_first != nullptr && reset_first->kind() == Value::Kind::kBool && reset_first->as_bool());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    slots = new_slots;
+  }
+  const Value* server = welcome.Find("server");
+  Log(LogLevel::kInfo, Prefix() + "serving slots " + FormatSlots(new_slots) + " of " +
+                           (server != nullptr && server->kind() == Value::Kind::kString ? server->text() : "?"));
+  return Status::Ok();
+}
+
+// -- serving ----------------------------------------------------------------------------------------
+
+void Client::Impl::SendBye(std::uint64_t seq, bool dont_wait) {
+  Status status = connection->Send({PackHeader(MessageKind::kBye, seq)}, dont_wait);
+  if (status.ok()) {
+    Log(LogLevel::kInfo, Prefix() + "leaving");
+  } else {
+    Log(LogLevel::kInfo, Prefix() + "the server took no BYE; leaving without it");
+  }
+}
+
+Status Client::Impl::Serve(bool* closed) {
+  *closed = false;
+  while (true) {
+    if (stop.load()) {
+      Log(LogLevel::kInfo, Prefix() + "stopping");
+      SendBye(0, true);
+      return Status::Error(StatusCode::kStopped, Prefix() + "stopped");
+    }
+    bool ready = false, event = false, got = false, too_many = false;
+    GYM_REMOTE_RETURN_IF_ERROR(connection->Poll(kIdlePollMs, &ready, &event));
+    Message message;
+    if (ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Receive(&message.frames, &got, &too_many));
+    if (!got) {
+      bool dropped = false;
+      GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&dropped));
+      if (dropped) {
+        lost_reason = ": the connection dropped";
+        return Status::Ok();
+      }
+      continue;
+    }
+    Outcome outcome = Outcome::kContinue;
+    Status status;
+    if (too_many) {
+      Header header;
+      const bool parsed = ParseHeader(message.frames[0], &header).ok();
+      status = SendError(parsed ? header.seq : 0,
+                         CommandError{kNoEnv, Protocol("a message of more than 65536 frames")}, false);
+    } else {
+      status = Handle(&message, &outcome);
+    }
+    if (!status.ok()) {
+      if (status.code() == StatusCode::kTimeout) {  // the server took none of our messages: it is gone
+        Log(LogLevel::kWarning, Prefix() + "the server at " + options.endpoint + " took no reply from this client " +
+                                    "within " + Seconds(options.liveness_timeout) +
+                                    " s (it stopped reading, or is gone); counting the server as gone");
+        lost_reason = ": it took no reply within the liveness timeout";
+        return Status::Ok();
+      }
+      return status;
+    }
+    if (outcome == Outcome::kClosed) {
+      *closed = true;
+      return Status::Ok();
+    }
+    if (outcome == Outcome::kEvicted) {
+      lost_reason = ": it evicted this client";
+      return Status::Ok();
+    }
+  }
+}
+
+Status Client::Impl::Handle(Message* message, Outcome* outcome) {
+  *outcome = Outcome::kContinue;
+  Header& header = message->header;
+  Status parsed = ParseHeader(message->frames[0], &header);
+  if (!parsed.ok()) return SendError(0, CommandError{kNoEnv, parsed}, false);
+  const std::uint64_t seq = header.seq;
+  if (header.version != kProtocolVersion) {
+    return SendError(seq,
+                     CommandError{kNoEnv, Protocol("server speaks protocol version " + std::to_string(header.version) +
+                                                   ", this client 2")},
+                     false);
+  }
+  CommandError error;
+  std::vector<std::size_t> indexes;
+  Value command;
+  switch (static_cast<MessageKind>(header.kind)) {
+    case MessageKind::kStep: {
+      Status status = ReadIndexes(message, &indexes);
+      std::vector<Value> actions;
+      if (status.ok()) status = ReadActions(message, indexes.size(), &actions);
+      if (!status.ok()) return SendError(seq, CommandError{kNoEnv, status}, false);
+      std::vector<Value> infos, finals;
+      if (!hosted->Step(indexes, actions, &infos, &finals, &error)) return SendError(seq, error, false);
+      return SendResult(seq, indexes, infos, finals, &error);
+    }
+    case MessageKind::kReset: {
+      Status status = ReadIndexes(message, &indexes);
+      if (status.ok()) status = ReadValue(message, &command);
+      const Value* seeds = command.Find("seeds");
+      if (status.ok() && (!command.is_dict() || seeds == nullptr || seeds->kind() != Value::Kind::kList ||
+                          seeds->items().size() != indexes.size())) {
+        status = Protocol("RESET must carry a list of " + std::to_string(indexes.size()) + " seeds");
+      }
+      if (!status.ok()) return SendError(seq, CommandError{kNoEnv, status}, false);
+      const Value* options_value = command.Find("options");  // absent: reset(seed=...) without the keyword
+      std::vector<Value> infos;
+      if (!hosted->Reset(indexes, seeds->items(), options_value, &infos, &error)) return SendError(seq, error, false);
+      return SendResult(seq, indexes, infos, {}, &error);
+    }
+    case MessageKind::kCall: {
+      Status status = ReadIndexes(message, &indexes);
+      if (status.ok()) status = ReadValue(message, &command);
+      const Value* name = command.Find("name");
+      const Value* query = command.Find("query");
+      if (status.ok() && !command.is_dict()) status = Protocol("CALL must carry a dict");
+      if (status.ok() && (name == nullptr || name->kind() != Value::Kind::kString)) {
+        status = Status::EnvError("TypeError", "attribute name must be string");
+      }
+      std::string query_name;
+      if (status.ok() && query != nullptr && !query->is_none()) {
+        if (query->kind() != Value::Kind::kString || query->text() != "has_attr") {
+          status = Protocol("unknown CALL query " + query->Repr() + ": expected 'has_attr' or none");
+        } else {
+          query_name = query->text();
+        }
+      }
+      if (status.ok() && query_name.empty()) {  // a plain call carries args and kwargs (PROTOCOL.md §5.3)
+        const Value* args = command.Find("args");
+        const Value* kwargs = command.Find("kwargs");
+        if (args == nullptr || (args->kind() != Value::Kind::kList && args->kind() != Value::Kind::kTuple) ||
+            kwargs == nullptr || !kwargs->is_dict()) {
+          status = Protocol("CALL must carry 'args' (a list) and 'kwargs' (a dict)");
+        }
+      }
+      if (!status.ok()) return SendError(seq, CommandError{kNoEnv, status}, false);
+      std::vector<Value> results;
+      if (!hosted->Call(indexes, name->text(), query_name, &results, &error)) {
+        return SendError(seq, error, error.status.type() == "AttributeError");
+      }
+      return SendCallResult(seq, indexes, Value::List(std::move(results)));
+    }
+    case MessageKind::kSetAttr: {
+      Status status = ReadIndexes(message, &indexes);
+      if (status.ok()) status = ReadValue(message, &command);
+      const Value* name = command.Find("name");
+      const Value* values = command.Find("values");
+      const Value* outermost = command.Find("outermost");
+      if (status.ok() && !command.is_dict()) status = Protocol("SET_ATTR must carry a dict");
+      if (status.ok() && outermost != nullptr && outermost->kind() != Value::Kind::kBool) {
+        status = Protocol("SET_ATTR's outermost must be true or false, got " + outermost->Repr());
+      }
+      if (status.ok() && (values == nullptr || values->kind() != Value::Kind::kList ||
+                          values->items().size() != indexes.size())) {
+        status = Protocol("SET_ATTR must carry a list of " + std::to_string(indexes.size()) + " values");
+      }
+      if (status.ok() && (name == nullptr || name->kind() != Value::Kind::kString)) {
+        status = Status::EnvError("TypeError", "attribute name must be string");
+      }
+      if (!status.ok()) return SendError(seq, CommandError{kNoEnv, status}, false);
+      if (!hosted->SetAttr(indexes, name->text(), values->items(), &error)) return SendError(seq, error, false);
+      return SendCallResult(seq, indexes, Value());
+    }
+    case MessageKind::kPing: return Status::Ok();  // a probe: the server checks that this connection routes
+    case MessageKind::kClose:
+      SendBye(seq, false);
+      Log(LogLevel::kInfo, Prefix() + "the server closed; exiting");
+      *outcome = Outcome::kClosed;
+      return Status::Ok();
+    case MessageKind::kEvict: {
+      std::string reason = "?";
+      if (ReadValue(message, &command).ok()) {
+        const Value* text = command.Find("reason");
+        if (text != nullptr && text->kind() == Value::Kind::kString) reason = text->text();
+      }
+      Log(LogLevel::kWarning, Prefix() + "the server ended this membership: " + reason);
+      *outcome = Outcome::kEvicted;
+      return Status::Ok();
+    }
+    case MessageKind::kError: {
+      std::string text = "?";
+      if (ReadValue(message, &command).ok()) {
+        const Value* reported = command.Find("message");
+        if (reported != nullptr && reported->kind() == Value::Kind::kString) text = reported->text();
+      }
+      Log(LogLevel::kWarning, Prefix() + "the server reports an error: " + text);
+      return Status::Ok();
+    }
+    default:
+      return SendError(seq, CommandError{kNoEnv, Protocol("unexpected " + KindName(header.kind) +
+                                                           " message from the server")},
+                       false);
+  }
+}
+
+Status Client::Impl::ReadIndexes(Message* message, std::vector<std::size_t>* indexes) {
+  const Header& header = message->header;
+  if (!(header.flags & kFlagSubset)) {
+    if (header.count != hosted->count()) {
+      return Protocol(KindName(header.kind) + " for " + std::to_string(header.count) + " envs, this client hosts " +
+                      std::to_string(hosted->count()));
+    }
+    *indexes = hosted->all();
+    return Status::Ok();
+  }
+  if (!message->has_more()) return Protocol(KindName(header.kind) + " with FLAG_SUBSET lacks its index frame");
+  return ParseIndexFrame(message->frames[message->next++], header.count, hosted->count(), indexes);
+}
+
+Status Client::Impl::ReadValue(Message* message, Value* value) {
+  if (!(message->header.flags & kFlagValue)) {
+    return Protocol(KindName(message->header.kind) + " message without its value section");
+  }
+  if (!message->has_more()) return Protocol("malformed message: the value section is missing");
+  const std::string& body = message->frames[message->next];
+  std::vector<std::string_view> buffers;
+  for (std::size_t i = message->next + 1; i < message->frames.size(); ++i) buffers.emplace_back(message->frames[i]);
+  message->next = message->frames.size();
+  return DecodeValue(body, buffers, value);
+}
+
+Status Client::Impl::ReadActions(Message* message, std::size_t count, std::vector<Value>* actions) {
+  const Header& header = message->header;
+  if (header.flags & kFlagValue) {
+    Value command;
+    GYM_REMOTE_RETURN_IF_ERROR(ReadValue(message, &command));
+    const Value* list = command.Find("actions");
+    if (list == nullptr || list->kind() != Value::Kind::kList || list->items().size() != count) {
+      return Protocol("STEP must carry a list of " + std::to_string(count) + " actions");
+    }
+    *actions = list->items();
+    return Status::Ok();
+  }
+  if (!hosted->action_has_layout()) {
+    return Protocol("STEP without actions: this action space needs them in a value section");
+  }
+  const std::vector<Leaf>& leaves = hosted->action_leaves();
+  std::vector<DType> dtypes;
+  if (header.flags & kFlagDtypes) {
+    GYM_REMOTE_RETURN_IF_ERROR(ParseStepDtypes(message->frames[0], leaves.size(), &dtypes));
+  } else {
+    for (const Leaf& leaf : leaves) dtypes.push_back(leaf.dtype);
+  }
+  std::vector<std::string_view> frames;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    if (!message->has_more()) return Protocol("STEP: the message ended before all its array frames");
+    const std::string& frame = message->frames[message->next++];
+    std::size_t size = 0;
+    ShapeSize(leaves[i].shape, &size);
+    const std::size_t expected = count * size * ItemSize(dtypes[i]);
+    if (frame.size() != expected) {
+      return Protocol("STEP: an array frame of " + std::to_string(frame.size()) + " bytes, expected " +
+                      std::to_string(expected));
+    }
+    frames.emplace_back(frame);
+  }
+  if (message->has_more()) return Protocol("STEP message has more frames than the action space needs");
+  return hosted->SplitActions(frames, count, dtypes, actions);
+}
+
+// -- replies ----------------------------------------------------------------------------------------
+
+Status Client::Impl::CheckSizes(const std::vector<std::string>& frames) const {
+  if (!max_message_bytes) return Status::Ok();
+  std::size_t largest = 0;
+  for (const std::string& frame : frames) largest = std::max(largest, frame.size());
+  if (largest > static_cast<std::uint64_t>(*max_message_bytes)) {
+    return Protocol("a frame of " + std::to_string(largest) + " bytes exceeds the server's message size limit of " +
+                    std::to_string(*max_message_bytes) +
+                    " bytes (RemoteVectorEnv(max_message_bytes=...)); host fewer envs per client or raise the limit");
+  }
+  return Status::Ok();
+}
+
+Status Client::Impl::SendResult(std::uint64_t seq, const std::vector<std::size_t>& indexes,
+                                const std::vector<Value>& infos, const std::vector<Value>& finals,
+                                CommandError* error) {
+  Value extra = Value::Dict();
+  if (!hosted->observation_has_layout()) extra.Set("obs", hosted->ObservationList(indexes));
+  bool any_info = false;
+  for (const Value& info : infos) any_info = any_info || NonEmptyDict(info);
+  if (any_info) extra.Set("infos", Value::List(infos));
+  if (!finals.empty()) extra.Set("final", Value::List(finals));
+  const bool has_value = !extra.entries().empty();
+  std::vector<std::string> frames;
+  hosted->ResultFrames(seq, has_value ? kFlagValue : 0, indexes, &frames);
+  if (has_value) {
+    EncodedValue encoded;
+    std::vector<PathStep> path;
+    Status status = EncodeValue(extra, &encoded, "", &path);
+    if (!status.ok()) {  // reported as the error of the env whose value cannot travel
+      std::string label = "the result";
+      std::size_t env = kNoEnv;
+      if (path.size() >= 2 && path[1].is_index && path[1].index < indexes.size()) {
+        env = indexes[path[1].index];
+        const std::string slot = std::to_string(slots[env]);
+        std::string rest;
+        const bool final = path[0].key == "final";
+        for (std::size_t i = final ? 3 : 2; i < path.size(); ++i) rest += path[i].text;
+        if (final) {
+          const bool observation = path.size() >= 3 && path[2].is_index && path[2].index == 0;
+          label = std::string("the final ") + (observation ? "observation" : "info") + " of slot " + slot + rest;
+        } else {
+          label = std::string("the ") + (path[0].key == "obs" ? "observation" : "info") + " of slot " + slot + rest;
+        }
+      }
+      const std::string reason = EncodeReason(status, path);
+      *error = CommandError{env, Status::EnvError("EncodeError", "cannot send " + label + ": " + reason,
+                                                  "gym_remote.errors")};
+      return SendError(seq, *error, false);
+    }
+    frames.push_back(std::move(encoded.body));
+    for (std::string_view buffer : encoded.buffers) frames.emplace_back(buffer);
+  }
+  Status sizes = CheckSizes(frames);
+  if (!sizes.ok()) return SendError(seq, CommandError{kNoEnv, sizes}, false);
+  return connection->Send(frames);
+}
+
+Status Client::Impl::SendCallResult(std::uint64_t seq, const std::vector<std::size_t>& indexes, Value results) {
+  Value reply = Value::Dict();
+  reply.Set("results", std::move(results));
+  EncodedValue encoded;
+  std::vector<PathStep> path;
+  Status status = EncodeValue(reply, &encoded, "", &path);
+  if (!status.ok()) {
+    std::string label = "the result";
+    if (path.size() >= 2 && path[1].is_index && path[1].index < indexes.size()) {
+      label += " of slot " + std::to_string(slots[indexes[path[1].index]]);
+      for (std::size_t i = 2; i < path.size(); ++i) label += path[i].text;
+    }
+    const std::string reason = EncodeReason(status, path);
+    return SendError(seq, CommandError{kNoEnv, Status::EnvError("EncodeError", "cannot send " + label + ": " + reason,
+                                                                "gym_remote.errors")},
+                     false);
+  }
+  std::vector<std::string> frames = {PackHeader(MessageKind::kCallResult, seq, 0, kFlagValue), encoded.body};
+  for (std::string_view buffer : encoded.buffers) frames.emplace_back(buffer);
+  Status sizes = CheckSizes(frames);
+  if (!sizes.ok()) return SendError(seq, CommandError{kNoEnv, sizes}, false);
+  return connection->Send(frames);
+}
+
+Status Client::Impl::SendError(std::uint64_t seq, const CommandError& error, bool expected) {
+  std::string type = error.status.type(), module = error.status.module();
+  if (error.status.code() != StatusCode::kEnvError) {
+    const bool ours = error.status.code() == StatusCode::kProtocolError || error.status.code() == StatusCode::kEncodeError;
+    type = error.status.code() == StatusCode::kEncodeError ? "EncodeError"
+           : ours                                          ? "ProtocolError"
+                                                           : "RuntimeError";
+    module = ours ? "gym_remote.errors" : "builtins";
+  }
+  if (type.empty()) type = "RuntimeError";
+  Value report = Value::Dict();
+  report.Set("type", Value::String(type));
+  report.Set("module", module.empty() ? Value() : Value::String(module));
+  report.Set("message", Value::String(error.status.message()));
+  report.Set("traceback", Value::String("Traceback: not available (raised in the C++ client " + options.name +
+                                        ")\n" + type + ": " + error.status.message() + "\n"));
+  report.Set("index", error.index == kNoEnv ? Value() : Value::Int(static_cast<std::int64_t>(error.index)));
+  report.Set("name", Value::String(options.name));
+  report.Set("launch", Value());
+  Log(expected ? LogLevel::kDebug : LogLevel::kError, Prefix() + type + ": " + error.status.message());
+  EncodedValue encoded;
+  Status status = EncodeValue(report, &encoded, "ERROR");
+  if (!status.ok()) {  // a message that is not UTF-8: say so instead
+    report.Set("message", Value::String("(an error whose message is not valid UTF-8)"));
+    report.Set("traceback", Value::String(""));
+    GYM_REMOTE_RETURN_IF_ERROR(EncodeValue(report, &encoded, "ERROR"));
+  }
+  std::vector<std::string> frames = {PackHeader(MessageKind::kError, seq, 0, kFlagValue), encoded.body};
+  return connection->Send(frames);
+}
+
+}  // namespace gym_remote

@@ -1,0 +1,971 @@
+"""The wire checks: a scripted server drives the client message by message and reads every reply.
+
+Each check starts the client (hosting :data:`NUM_ENVS` probe envs, ``docs/CONFORMANCE.md``) against a
+:class:`~gym_remote.conformance.scripted.ScriptedServer`, sends it what ``docs/PROTOCOL.md`` lets a
+server send, and compares what comes back with what the document requires: the replies' kinds,
+``seq`` and layout, and their values against Python probes (:class:`gym_remote.probe.ProbeEnv`)
+stepped as PROTOCOL.md §5.4 says a client steps its envs. Every wait is bounded by a few seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+from gym_remote import codec, protocol
+from gym_remote.conformance.reference import describe, difference, preview, same_number
+from gym_remote.conformance.runner import Check, Context
+from gym_remote.conformance.scripted import (
+    ABSENT,
+    HELLO_SECONDS,
+    REPLY_SECONDS,
+    Received,
+    Result,
+    ScriptedServer,
+    leaf_names,
+)
+from gym_remote.conformance.subject import ClientProcess
+from gym_remote.errors import ProtocolError
+from gym_remote.probe import ProbeEnv, probe_spaces
+from gym_remote.protocol import HAS_ATTR_QUERY, WRAPPERS_QUERY, Kind
+
+__all__ = ["CHECKS", "CORE_DTYPES", "NUM_ENVS"]
+
+logger = logging.getLogger("gym_remote")
+
+GROUP = "wire"
+
+NUM_ENVS = 3
+"""How many probe envs each client of these checks hosts."""
+
+CORE_DTYPES = ("|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f4", "<f8")
+"""The dtypes a HELLO's ``dtypes`` listing (if it has one) must include."""
+
+PROBE_METADATA = {"render_modes": ["ansi"], "render_fps": 4}
+
+SEEDS = [10, 3, 7]
+"""Seeds whose episodes end at different steps: env 0 terminates at t=2, env 2 at t=4, env 1 both
+terminates and truncates at t=5 (``term_step = 2 + base % 5``, CONFORMANCE.md §1.3)."""
+
+EXIT_SECONDS = 10.0
+"""How long a client that was sent CLOSE has to exit."""
+
+REFUSED_EXIT_SECONDS = 30.0
+"""How long a client refused for good has to exit (CONFORMANCE.md §2)."""
+
+UNKNOWN_KIND = 99
+"""A message kind no version of the protocol has."""
+
+_MISSING = object()
+
+
+# -- the reference: Python probes stepped as PROTOCOL.md §5.4 says -----------------------------------
+
+
+@dataclass
+class Expected:
+    """What a client's RESULT must hold for the envs a command was for, in its order."""
+
+    rewards: list[float]
+    terminated: list[bool]
+    truncated: list[bool]
+    obs: list[Any]
+    infos: list[dict]
+    final: list[tuple[Any, dict] | None] | None
+
+
+class Reference:
+    """``count`` Python probes with per-env autoreset flags, for the autoreset mode a WELCOME named."""
+
+    def __init__(self, count: int, autoreset_mode: str = "NextStep", reset_first: bool = False) -> None:
+        self.envs = [ProbeEnv() for _ in range(count)]
+        self.mode = autoreset_mode
+        self.autoreset = [bool(reset_first)] * count
+
+    def reset(
+        self, seeds: Sequence[int | None], options: Any = ABSENT, indexes: Sequence[int] | None = None
+    ) -> Expected:
+        """``env.reset(seed=..., options=...)`` (no ``options`` keyword when ABSENT) for the envs ``indexes``."""
+        obs, infos = [], []
+        keywords = {} if options is ABSENT else {"options": options}
+        for index, seed in zip(self._selected(indexes), seeds, strict=True):
+            observation, info = self.envs[index].reset(seed=seed, **keywords)
+            self.autoreset[index] = False
+            obs.append(observation)
+            infos.append(info)
+        count = len(obs)
+        return Expected([0.0] * count, [False] * count, [False] * count, obs, infos, None)
+
+    def step(self, actions: Sequence[Any], indexes: Sequence[int] | None = None) -> Expected:
+        """Step the envs ``indexes`` (all if None) with one action each, as PROTOCOL.md §5.4's pseudocode."""
+        expected = Expected([], [], [], [], [], None)
+        envs = list(self._selected(indexes))
+        for position, (index, action) in enumerate(zip(envs, actions, strict=True)):
+            env = self.envs[index]
+            if self.mode == "NextStep" and self.autoreset[index]:
+                observation, info = env.reset()
+                reward, terminated, truncated = 0.0, False, False
+            else:
+                observation, reward, terminated, truncated, info = env.step(action)
+                if self.mode == "SameStep" and (terminated or truncated):
+                    if expected.final is None:
+                        expected.final = [None] * len(envs)
+                    expected.final[position] = (observation, info)
+                    observation, info = env.reset()
+            self.autoreset[index] = terminated or truncated
+            expected.rewards.append(float(reward))
+            expected.terminated.append(bool(terminated))
+            expected.truncated.append(bool(truncated))
+            expected.obs.append(observation)
+            expected.infos.append(info)
+        return expected
+
+    def _selected(self, indexes: Sequence[int] | None) -> Sequence[int]:
+        return range(len(self.envs)) if indexes is None else indexes
+
+
+def probe_actions(step: int, count: int, push_dtype: str = "<f4") -> list[np.ndarray]:
+    """Fixed actions for step ``step``: the leaf arrays (direction, push, pressed) for ``count`` envs."""
+    direction = np.array([(step + env) % 3 - 1 for env in range(count)], dtype="<i8")
+    push = np.array(
+        [[0.1 * ((step + env) % 5) - 0.2, 0.75 - 0.25 * ((step * env + 1) % 4)] for env in range(count)],
+        dtype=push_dtype,
+    )
+    pressed = np.array([[(step + env) % 2, (step // 2 + env) % 2] for env in range(count)], dtype="|i1")
+    return [direction, push, pressed]
+
+
+def action_rows(actions: Sequence[np.ndarray]) -> list[tuple]:
+    """The per-env actions of leaf arrays, as a client splits them (``iterate``)."""
+    return [tuple(leaf[row] for leaf in actions) for row in range(len(actions[0]))]
+
+
+# -- comparing values ------------------------------------------------------------------------------
+
+
+def observation_difference(space: spaces.Space, got: Any, expected: Any, path: str) -> str | None:
+    """Where an observation sent as a value (a ``final_obs``) differs from the probe's: its structure
+    (dict keys in order, tuples), and per leaf a numpy array or scalar of the leaf's dtype, shape and values."""
+    if isinstance(space, spaces.Dict):
+        keys = list(space.spaces)
+        if type(got) is not dict or list(got) != keys:
+            return f"{path} is {describe(got)}, expected a dict with the keys {keys} (in this order)"
+        for key in keys:
+            found = observation_difference(space.spaces[key], got[key], expected[key], f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(space, spaces.Tuple):
+        if type(got) is not tuple or len(got) != len(space.spaces):
+            return f"{path} is {describe(got)}, expected a tuple of {len(space.spaces)}"
+        for position, child in enumerate(space.spaces):
+            found = observation_difference(child, got[position], expected[position], f"{path}[{position}]")
+            if found:
+                return found
+        return None
+    wanted = np.asarray(expected)
+    if not isinstance(got, (np.ndarray, np.generic)):
+        return f"{path} is {describe(got)}, expected a numpy value of dtype {space.dtype.str}, shape {space.shape}"
+    array = np.asarray(got)
+    if array.dtype != space.dtype or array.shape != space.shape or not np.array_equal(array, wanted):
+        return f"{path} is {describe(got)}, expected {describe(wanted)}"
+    return None
+
+
+def observation_leaves(space: spaces.Space, observations: Sequence[Any]) -> list[np.ndarray]:
+    """The probe observations batched into the array layout's leaves, as a RESULT carries them."""
+    batch = create_empty_array(space, n=len(observations), fn=np.zeros)
+    concatenate(space, observations, batch)
+    return codec.batch_leaves(space, batch)
+
+
+# -- driving a client ------------------------------------------------------------------------------
+
+
+class Driven:
+    """A client joined to a scripted server, and the reference probes its commands are compared with."""
+
+    def __init__(
+        self,
+        server: ScriptedServer,
+        process: ClientProcess,
+        hello: Received,
+        slots: Sequence[int],
+        autoreset_mode: str,
+        reset_first: bool,
+    ) -> None:
+        self.server = server
+        self.process = process
+        self.hello = hello
+        self.slots = list(slots)
+        self.reference = Reference(len(self.slots), autoreset_mode, reset_first)
+        self.names = leaf_names(server.observation_space)
+
+    def reset(
+        self,
+        seeds: Sequence[int | None],
+        *,
+        options: Any = ABSENT,
+        indexes: Sequence[int] | None = None,
+        what: str = "RESET",
+    ) -> Result:
+        """Send RESET, expect its RESULT and compare it with the reference's reset."""
+        seq = self.server.send_reset(seeds, options=options, indexes=indexes)
+        result = self.answer(seq, len(seeds), f"{what}; PROTOCOL.md §5.2: a RESET is answered by a RESULT")
+        self.compare(result, self.reference.reset(seeds, options, indexes), indexes, what)
+        return result
+
+    def step(
+        self,
+        actions: Sequence[np.ndarray],
+        *,
+        indexes: Sequence[int] | None = None,
+        dtypes: Sequence[str] | None = None,
+        what: str = "STEP",
+    ) -> Result:
+        """Send STEP, expect its RESULT and compare it with the reference's step."""
+        seq = self.server.send_step(actions, indexes=indexes, dtypes=dtypes)
+        result = self.answer(seq, len(actions[0]), f"{what}; PROTOCOL.md §5.4: a STEP is answered by a RESULT")
+        self.compare(result, self.reference.step(action_rows(actions), indexes), indexes, what)
+        return result
+
+    def answer(self, seq: int, count: int, why: str) -> Result:
+        return self.server.parse_result(self.server.expect(Kind.RESULT, seq=seq, why=why), count)
+
+    def compare(self, result: Result, expected: Expected, indexes: Sequence[int] | None, what: str) -> None:
+        """Fail with every difference between ``result`` and ``expected`` (up to a dozen)."""
+        envs = range(len(self.slots)) if indexes is None else indexes
+        space = self.server.observation_space
+        wanted_leaves = observation_leaves(space, expected.obs)
+        problems: list[str] = []
+        for position, index in enumerate(envs):
+            who = f"env {index} (slot {self.slots[index]})"
+            for name, got, wanted in (
+                ("reward", float(result.rewards[position]), expected.rewards[position]),
+                ("terminated", bool(result.terminated[position]), expected.terminated[position]),
+                ("truncated", bool(result.truncated[position]), expected.truncated[position]),
+            ):
+                if not same_number(got, wanted):
+                    problems.append(f"{who}: {name} is {got!r}, expected {wanted!r}")
+            for name, leaf, wanted_leaf in zip(self.names, result.observations, wanted_leaves):
+                if not np.array_equal(leaf[position], wanted_leaf[position], equal_nan=leaf.dtype.kind == "f"):
+                    problems.append(
+                        f"{who}: observation {name} is {leaf[position].tolist()}, "
+                        f"expected {wanted_leaf[position].tolist()}"
+                    )
+            if result.infos is None:
+                if expected.infos[position]:
+                    problems.append(
+                        f"{who}: the RESULT has no 'infos', expected the info {preview(expected.infos[position])}"
+                    )
+            else:
+                found = difference(result.infos[position], expected.infos[position], f"{who}: info")
+                if found:
+                    problems.append(found)
+            problems.extend(self._final_problems(result, expected, position, who))
+        if problems:
+            shown = "\n".join(f"  {problem}" for problem in problems[:12])
+            if len(problems) > 12:
+                shown += f"\n  ... and {len(problems) - 12} more"
+            raise self.server.fail(
+                f"{what}: the RESULT (seq {result.seq}) differs from the Python probe's:\n{shown}\n"
+                "(CONFORMANCE.md §1 defines the probe; PROTOCOL.md §5.2 and §5.4 what a RESULT carries, "
+                "infos with their exact types, §3)"
+            )
+
+    def _final_problems(self, result: Result, expected: Expected, position: int, who: str) -> list[str]:
+        got = None if result.final is None else result.final[position]
+        wanted = None if expected.final is None else expected.final[position]
+        if wanted is None:
+            if got is not None:
+                return [f"{who}: 'final' holds {preview(got)}, but its episode did not end in this step (§5.4)"]
+            return []
+        if result.final is None:
+            return [f"{who}: its episode ended in a SameStep step, but the RESULT has no 'final' list (§5.4)"]
+        if type(got) is not tuple or len(got) != 2:
+            return [f"{who}: its 'final' entry is {describe(got)}, expected a tuple (final_obs, final_info) (§5.4)"]
+        space = self.server.observation_space
+        found = observation_difference(space, got[0], wanted[0], f"{who}: final_obs") or difference(
+            got[1], wanted[1], f"{who}: final_info"
+        )
+        return [found] if found else []
+
+    def call(self, name: str, count: int | None = None, **options: Any) -> list[Any]:
+        """Send CALL and return the results of its CALL_RESULT (checked to be a list of one per env)."""
+        seq = self.server.send_call(name, **options)
+        received = self.server.expect(
+            Kind.CALL_RESULT, seq=seq, why="PROTOCOL.md §5.3: a CALL is answered by a CALL_RESULT"
+        )
+        return call_results(self.server, received, len(self.slots) if count is None else count)
+
+
+def call_results(server: ScriptedServer, received: Received, count: int) -> list[Any]:
+    """The ``results`` list of a CALL_RESULT, checked to hold ``count`` entries."""
+    value = received.value
+    results = value.get("results", _MISSING) if type(value) is dict else _MISSING
+    if type(results) is not list or len(results) != count:
+        raise server.fail(
+            f"the CALL_RESULT (seq {received.seq}) carries {preview(value)}, expected {{'results': [...]}} with "
+            f"{count} results, one per env (PROTOCOL.md §5.3)"
+        )
+    return results
+
+
+def expect_error(server: ScriptedServer, seq: int, why: str, *, or_zero: bool = False) -> dict[str, Any]:
+    """The client's ERROR echoing ``seq`` (``or_zero``: or seq 0), its value checked to have §8's form."""
+    received = server.expect(Kind.ERROR, seq=None if or_zero else seq, why=why)
+    if received.seq not in (seq, 0):
+        raise server.fail(f"expected ERROR echoing seq {seq} (or seq 0), but got ERROR with seq {received.seq}: {why}")
+    report = received.value
+    problems = []
+    if type(report) is not dict:
+        problems.append(f"its value is {preview(report)}, not a dict")
+    else:
+        for key in ("type", "message"):
+            if type(report.get(key)) is not str:
+                problems.append(f"{key!r} is {preview(report.get(key, 'absent'))}, expected a string")
+        if "traceback" in report and type(report["traceback"]) is not str:
+            problems.append(f"'traceback' is {preview(report['traceback'])}, expected a string")
+        index = report.get("index")
+        if index is not None and (type(index) is not int or not 0 <= index < server.hosted):
+            problems.append(f"'index' is {preview(index)}, expected null or a local env index below {server.hosted}")
+    if problems:
+        raise server.fail(
+            f"the client's ERROR (seq {seq}) is not of the form PROTOCOL.md §8 gives ({{'type', 'module', 'message', "
+            f"'traceback', 'index', 'name', 'launch'}}): " + "; ".join(problems)
+        )
+    return report
+
+
+@contextmanager
+def joined(
+    context: Context,
+    *,
+    slots: Sequence[int] | None = None,
+    num_envs: int = 8,
+    autoreset_mode: str = "NextStep",
+    reset_first: bool = False,
+    **welcome: Any,
+) -> Iterator[Driven]:
+    """A client of :data:`NUM_ENVS` probes started against a scripted server, and welcomed."""
+    endpoint = context.endpoint()
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as server:
+        process = server.watch(context.start_client(endpoint, NUM_ENVS))
+        logger.debug("wire check: %s started for the scripted server at %s", process, endpoint)
+        hello = server.expect_hello(count=NUM_ENVS)
+        slots = list(range(NUM_ENVS)) if slots is None else list(slots)
+        server.send_welcome(slots, num_envs=num_envs, autoreset_mode=autoreset_mode, reset_first=reset_first, **welcome)
+        yield Driven(server, process, hello, slots, autoreset_mode, reset_first)
+
+
+# -- HELLO -----------------------------------------------------------------------------------------
+
+
+def hello_problems(received: Received, count: int, previous: str | None = None) -> list[str]:
+    """What is wrong with a HELLO from a client of ``count`` probes (§7); ``previous``: the session it
+    had before (a HELLO after EVICT), None for a client's first HELLO."""
+    problems: list[str] = []
+    header, hello = received.header, received.value
+    if header.count != count:
+        problems.append(f"header count is {header.count}, expected k = {count} (§2.1)")
+    if header.seq != 0:
+        problems.append(f"header seq is {header.seq}, expected 0: a HELLO answers no command (§2.1)")
+    if not isinstance(hello, dict):
+        return [*problems, f"its value is {preview(hello)}, not a dict (§7)"]
+
+    def check(key: str, ok: Callable[[Any], bool], expected: str, default: Any = _MISSING) -> Any:
+        value = hello.get(key, default)
+        if value is _MISSING:
+            problems.append(f"{key!r} is missing, expected {expected}")
+        elif not ok(value):
+            problems.append(f"{key!r} is {describe(value)}, expected {expected}")
+        return value
+
+    check("protocol", lambda v: type(v) is int and v == 2, "2")
+    check("num_envs", lambda v: type(v) is int and v == count, f"{count} (the --num-envs it was started with)")
+    session = check("session", lambda v: type(v) is str and v != "", "a non-empty string, its routing id")
+    if type(session) is str and session and session.encode() != received.identity:
+        problems.append(
+            f"'session' is {session!r} but the ZeroMQ routing id is {received.identity[:64]!r}: a client sets "
+            "ZMQ_ROUTING_ID to its session (§1, §7)"
+        )
+    check("pid", lambda v: type(v) is int and v > 0, "the client's process id, an int > 0")
+    for key in ("name", "host"):
+        check(key, lambda v: type(v) is str, "a string", "?")
+    probe = dict(zip(("observation", "action"), probe_spaces()))
+    for which, space in probe.items():
+        problems.extend(_space_problems(hello, which, space, count))
+    metadata = hello.get("metadata", {})
+    found = difference(metadata, PROBE_METADATA, "'metadata'")
+    if found:
+        problems.append(f"{found} (CONFORMANCE.md §1.1)")
+    check("metadata_pickle", lambda v: v is None, "null (no trusted mode)", None)
+    check("render_mode", lambda v: v is None, "null (CONFORMANCE.md §1.1)", None)
+    check("allow_pickle", lambda v: v is False, "false: the client was not asked for the trusted mode", False)
+    check("wait", lambda v: v is True, "true: the conformance runner's clients wait in line (CONFORMANCE.md §2)")
+    check("launch", lambda v: v is None, "null: the client was not launched by the server (§7.1)", None)
+    if previous is None:
+        check("previous_session", lambda v: v is None, "null: a new client had no session before", None)
+        check("rejoins", lambda v: type(v) is int and v == 0, "0 on a client's first HELLO", 0)
+    else:
+        check(
+            "previous_session",
+            lambda v: v == previous,
+            f"the evicted session {previous!r} (§7; §11 step 4: on EVICT start again with previous_session set "
+            "to the evicted one)",
+            None,
+        )
+        check("rejoins", lambda v: type(v) is int and v >= 0, "an int >= 0", 0)
+    offer = hello.get("data_channel")
+    if offer is not None:
+        token = offer.get("token") if type(offer) is dict else None
+        if type(token) is not str or len(token) != 32 or token.strip("0123456789abcdef"):
+            problems.append(
+                f"'data_channel' is {describe(offer)}, expected null or {{'token': 32 lowercase hex}} (§13.2)"
+            )
+    if hello.get("dtypes") is not None:
+        problems.extend(_dtype_problems(hello["dtypes"]))
+    return problems
+
+
+def _space_problems(hello: dict[str, Any], which: str, space: spaces.Space, count: int) -> list[str]:
+    distinct, index = hello.get(f"{which}_spaces"), hello.get(f"{which}_space_index")
+    if type(distinct) is not list or not distinct:
+        return [f"'{which}_spaces' is {preview(distinct)}, expected a non-empty list of space descriptions (§7.2)"]
+    decoded = []
+    for position, description in enumerate(distinct):
+        try:
+            decoded.append(codec.space_from_value(description))
+        except ProtocolError as error:
+            return [f"'{which}_spaces'[{position}] does not decode as a space description (§7.2): {error}"]
+    if (
+        type(index) is not list
+        or len(index) != count
+        or any(type(i) is not int or not 0 <= i < len(decoded) for i in index)
+    ):
+        return [
+            f"'{which}_space_index' is {preview(index)}, expected a list of {count} ints below {len(decoded)} "
+            "(positions in the list of distinct spaces, §7)"
+        ]
+    for env, position in enumerate(index):
+        if decoded[position] != space:
+            return [
+                f"env {env}'s {which} space is {decoded[position]}, expected the probe's {space} "
+                "(CONFORMANCE.md §1.1, in its key order)"
+            ]
+    return []
+
+
+def _dtype_problems(listing: Any) -> list[str]:
+    if type(listing) is not list or any(type(name) is not str for name in listing):
+        return [f"'dtypes' is {preview(listing)}, expected null or a list of dtype strings (§7)"]
+    names = set()
+    for name in listing:
+        try:
+            names.add(codec.check_dtype(name).str)
+        except ProtocolError as error:
+            return [f"'dtypes' lists {name!r}, which is not a dtype allowed on the wire (§3.4): {error}"]
+    missing = [name for name in CORE_DTYPES if name not in names]
+    return [f"'dtypes' lacks the core dtypes {missing}, which every client handles (§3.4)"] if missing else []
+
+
+def check_hello(context: Context) -> None:
+    """Two clients' HELLOs: every field of §7 well-formed, sessions equal to routing ids and distinct."""
+    endpoint = context.endpoint()
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as server:
+        for _ in range(2):
+            server.watch(context.start_client(endpoint, NUM_ENVS))
+        why = "two clients were started, so two HELLOs are due (PROTOCOL.md §7)"
+        hellos = [server.expect(Kind.HELLO, timeout=HELLO_SECONDS, count=None, why=why)]
+        why += "; a second HELLO that never arrives can mean that both clients used the same routing id (§1)"
+        hellos.append(server.expect(Kind.HELLO, timeout=HELLO_SECONDS, count=None, why=why))
+        for number, received in enumerate(hellos, 1):
+            problems = hello_problems(received, NUM_ENVS)
+            if problems:
+                shown = "\n".join(f"  {problem}" for problem in problems)
+                raise server.fail(f"HELLO number {number} is not as PROTOCOL.md §7 requires:\n{shown}")
+        if hellos[0].value["session"] == hellos[1].value["session"]:
+            raise server.fail(
+                f"two runs of the client sent the same session {hellos[0].value['session']!r}: a session is unique "
+                "per client run (§1, §7)"
+            )
+
+
+# -- RESET, STEP and RESULT ------------------------------------------------------------------------
+
+
+def check_reset_and_step(context: Context) -> None:
+    """NextStep: RESETs (seeds, no seeds, options, null options) and STEPs, through an autoreset,
+    compared with the Python probes; slots that are not the client's own numbers."""
+    with joined(context, slots=[4, 5, 6], num_envs=8) as client:
+        client.reset(SEEDS, what="RESET with seeds and no 'options' key")
+        for step in range(1, 7):
+            client.step(probe_actions(step, NUM_ENVS), what=f"STEP number {step} (NextStep)")
+        client.reset([None, 5, None], options={"offset": 7}, what="RESET with null seeds and options {'offset': 7}")
+        client.step(probe_actions(7, NUM_ENVS), what="the STEP after it")
+        client.reset([1, 2, 3], options=None, what="RESET with 'options' null")
+        client.step(probe_actions(8, NUM_ENVS), what="the STEP after it")
+
+
+def check_same_step(context: Context) -> None:
+    """SameStep: an episode's end comes with its ``final`` entry, and the reset observation and info."""
+    with joined(context, autoreset_mode="SameStep") as client:
+        client.reset(SEEDS)
+        for step in range(1, 7):
+            client.step(probe_actions(step, NUM_ENVS), what=f"STEP number {step} (SameStep)")
+
+
+def check_step_dtypes(context: Context) -> None:
+    """FLAG_DTYPES: actions in the listed dtypes (float64 for the Box leaf, int32, bool) give the results
+    the Python probes give for the same actions; also together with FLAG_SUBSET."""
+    with joined(context) as client:
+        client.reset(SEEDS)
+        client.step(
+            probe_actions(1, NUM_ENVS, push_dtype="<f8"),
+            dtypes=["<i8", "<f8", "|i1"],
+            what="STEP with FLAG_DTYPES ['<i8', '<f8', '|i1']",
+        )
+        client.step(
+            probe_actions(2, NUM_ENVS, push_dtype="<f8"),
+            dtypes=["<i4", "<f8", "|b1"],
+            what="STEP with FLAG_DTYPES ['<i4', '<f8', '|b1']",
+        )
+        client.step(
+            probe_actions(3, 1, push_dtype="<f8"),
+            indexes=[1],
+            dtypes=["<i8", "<f8", "|i1"],
+            what="STEP with FLAG_DTYPES and FLAG_SUBSET for env 1",
+        )
+        client.step(probe_actions(4, NUM_ENVS), what="a plain STEP after them")
+
+
+def check_queued_commands(context: Context) -> None:
+    """RESET, STEP and CALL sent back to back are answered in order, each echoing its (64-bit) seq."""
+    with joined(context) as client:
+        server = client.server
+        server.seq = 1 << 40  # seqs beyond 32 bits must be echoed whole
+        actions = probe_actions(1, NUM_ENVS)
+        sent = [
+            server.send_reset(SEEDS),
+            server.send_step(actions),
+            server.send_call("np_random_seed"),
+        ]
+        why = "PROTOCOL.md §6: a client answers every command exactly once, in order, and may have several queued"
+        first = client.answer(sent[0], NUM_ENVS, why)
+        client.compare(first, client.reference.reset(SEEDS), None, "the queued RESET")
+        second = client.answer(sent[1], NUM_ENVS, why)
+        client.compare(second, client.reference.step(action_rows(actions)), None, "the queued STEP")
+        results = call_results(server, server.expect(Kind.CALL_RESULT, seq=sent[2], why=why), NUM_ENVS)
+        found = difference(results, SEEDS, "the results of CALL np_random_seed")
+        if found:
+            raise server.fail(f"{found}: each env's np_random_seed is the seed of its last reset")
+
+
+def check_subsets(context: Context) -> None:
+    """FLAG_SUBSET: RESET, STEP and CALL for envs [2, 0] cover those envs in that order; env 1 is untouched."""
+    with joined(context) as client:
+        rule = "PROTOCOL.md §5.5: everything per env follows the order of the index frame; the other envs are untouched"
+
+        def seeds_are(expected: list[int], indexes: list[int] | None = None) -> None:
+            results = client.call("np_random_seed", count=len(expected), indexes=indexes)
+            shown = "" if indexes is None else f" for envs {indexes}"
+            found = difference(results, expected, f"CALL np_random_seed{shown}: the results")
+            if found:
+                raise client.server.fail(f"{found} ({rule})")
+
+        client.reset(SEEDS)
+        client.step(probe_actions(1, NUM_ENVS))
+        client.reset([21, 22], indexes=[2, 0], what="RESET with FLAG_SUBSET for envs [2, 0] and seeds [21, 22]")
+        seeds_are([22, SEEDS[1], 21])
+        client.step(probe_actions(2, 2), indexes=[2, 0], what="STEP with FLAG_SUBSET for envs [2, 0]")
+        seeds_are([21, 22], indexes=[2, 0])
+        seeds_are([SEEDS[1]], indexes=[1])
+        client.step(
+            probe_actions(3, NUM_ENVS),
+            what="a STEP for all envs after them (env 1 must not have been stepped or reset by the subset commands)",
+        )
+
+
+# -- malformed commands ----------------------------------------------------------------------------
+
+
+def check_malformed_commands(context: Context) -> None:
+    """Malformed commands are answered with ERROR echoing their seq, and the client keeps serving."""
+    with joined(context) as client:
+        server = client.server
+        client.reset(SEEDS)
+
+        def step_with(change: Callable[[list[Any]], list[Any]], note: str) -> Callable[[], int]:
+            def send() -> int:
+                seq = server.next_seq()
+                frames = change(server.step_frames(seq, probe_actions(1, NUM_ENVS)))
+                server.send_raw(frames, f"STEP seq {seq}, count {NUM_ENVS}: {note}")
+                return seq
+
+            return send
+
+        def shorten(frames: list[Any]) -> list[Any]:
+            return [*frames[:2], frames[2].tobytes()[:-1], *frames[3:]]
+
+        def unknown_kind() -> int:
+            seq = server.next_seq()
+            frame = protocol.HEADER.pack(protocol.MAGIC, protocol.PROTOCOL_VERSION, UNKNOWN_KIND, 0, 0, seq)
+            server.send_raw([frame], f"a message of the unknown kind {UNKNOWN_KIND}, seq {seq}")
+            return seq
+
+        cases: list[tuple[str, str, Callable[[], int]]] = [
+            (
+                "a STEP whose action frame for the Box leaf is one byte short",
+                "§5.1: an array frame holds exactly k * prod(shape) * itemsize bytes",
+                step_with(shorten, "the Box leaf's frame one byte short"),
+            ),
+            (
+                "a STEP that lacks its last action frame",
+                "§5.4: one array frame per leaf of the action space",
+                step_with(lambda frames: frames[:-1], "without the MultiBinary leaf's frame"),
+            ),
+            (
+                "a RESET whose index frame repeats an index ([1, 1])",
+                "§5.5: a client must reject an index frame with a repeated index",
+                lambda: server.send_reset([1, 2], indexes=[1, 1]),
+            ),
+            (
+                f"a RESET whose index frame names env {NUM_ENVS} of {NUM_ENVS}",
+                "§5.5: a client must reject an index frame with an index >= k",
+                lambda: server.send_reset([1], indexes=[NUM_ENVS]),
+            ),
+            (
+                "a RESET with FLAG_SUBSET and count 0 (an empty index frame)",
+                "§5.5: a client must reject an index frame with count 0",
+                lambda: server.send_reset([], indexes=[]),
+            ),
+            (
+                "a RESET with count 2 whose index frame holds one index (2 bytes)",
+                "§5.5: a client must reject an index frame of the wrong length",
+                lambda: server.send_reset([1, 2], indexes=[0], count=2),
+            ),
+            (
+                f"a RESET with count 2 and no FLAG_SUBSET to a client of {NUM_ENVS} envs",
+                "§2.1, §5.2: without FLAG_SUBSET a command's count is the client's k",
+                lambda: server.send_reset([1, 2], count=2),
+            ),
+            (
+                f"a RESET for {NUM_ENVS} envs with 2 seeds",
+                "§5.2: one seed per env the command is for",
+                lambda: server.send_reset([1, 2], count=NUM_ENVS),
+            ),
+            (
+                "a CALL with the unknown query 'no_such_query'",
+                "§5.3: a query that is not null and not a known query is an error (ERROR)",
+                lambda: server.send_call("render", query="no_such_query"),
+            ),
+            (
+                f"a message of the unknown kind {UNKNOWN_KIND}",
+                "§2.1: a header with an unknown kind is malformed (its seq may be echoed, or 0)",
+                unknown_kind,
+            ),
+        ]
+        for description, rule, send in cases:
+            seq = send()
+            expect_error(
+                server,
+                seq,
+                f"PROTOCOL.md {rule}; §8, §11: a command the client cannot handle is answered with ERROR echoing "
+                f"its seq. The command was {description}",
+                or_zero=send is unknown_kind,
+            )
+            client.reset(SEEDS, what=f"a valid RESET after {description} (the client keeps serving, §8)")
+
+
+# -- CALL and SET_ATTR -----------------------------------------------------------------------------
+
+
+def _set_attr(server: ScriptedServer, name: str, values: Sequence[Any], **options: Any) -> None:
+    seq = server.send_set_attr(name, values, **options)
+    received = server.expect(Kind.CALL_RESULT, seq=seq, why="PROTOCOL.md §5.3: SET_ATTR is answered by CALL_RESULT")
+    if received.value != {"results": None}:
+        raise server.fail(
+            f"SET_ATTR {name!r} was answered with {preview(received.value)}, expected {{'results': None}} "
+            "(PROTOCOL.md §5.3)"
+        )
+
+
+def check_call_and_set_attr(context: Context) -> None:
+    """CALL and SET_ATTR with the names every client answers (PROTOCOL.md §11): render, np_random_seed,
+    metadata, render_mode, the wrappers query, has_attr, attributes set and read back, and a missing
+    attribute (an AttributeError)."""
+    with joined(context) as client:
+        server = client.server
+
+        def same(got: Any, expected: Any, what: str, rule: str) -> None:
+            found = difference(got, expected, what)
+            if found:
+                raise server.fail(f"{found} ({rule})")
+
+        unseeded = client.call("np_random_seed")
+        if any(type(seed) is not int for seed in unseeded):
+            raise server.fail(
+                f"CALL np_random_seed before any reset answered {preview(unseeded)}, expected an int per env "
+                "(PROTOCOL.md §11)"
+            )
+        seeds = [11, 12, 13]
+        client.reset(seeds)
+        same(client.call("render"), [None] * NUM_ENVS, "CALL render's results", "CONFORMANCE.md §1.6: render() is null")
+        same(
+            client.call("np_random_seed"),
+            seeds,
+            "CALL np_random_seed's results",
+            "PROTOCOL.md §11: the last seed given to the env's reset",
+        )
+        same(
+            client.call("metadata"),
+            [PROBE_METADATA] * NUM_ENVS,
+            "CALL metadata's results",
+            "PROTOCOL.md §11: the env's metadata, as in HELLO",
+        )
+        same(client.call("render_mode"), [None] * NUM_ENVS, "CALL render_mode's results", "PROTOCOL.md §11")
+        wrappers = client.call(WRAPPERS_QUERY)
+        if any(type(names) is not list or any(type(name) is not str for name in names) for names in wrappers):
+            raise server.fail(
+                f"CALL {WRAPPERS_QUERY!r} answered {preview(wrappers)}, expected for each env a list of "
+                "'module.qualname' strings ([] for an env without wrappers) (PROTOCOL.md §5.3, §11)"
+            )
+        rule = "PROTOCOL.md §5.3, §11: the has_attr query answers whether each env has the attribute"
+        same(client.call("render", query=HAS_ATTR_QUERY), [True] * NUM_ENVS, "has_attr 'render'", rule)
+        same(client.call("no_such_attribute", query=HAS_ATTR_QUERY), [False] * NUM_ENVS, "has_attr of a missing", rule)
+        values = ["a", 2, 3.5]
+        _set_attr(server, "label", values)
+        rule = "PROTOCOL.md §5.3, §11: a name an earlier SET_ATTR set answers the value it set, exactly (§3)"
+        same(client.call("label"), values, "CALL label's results after SET_ATTR label", rule)
+        same(client.call("label", query=HAS_ATTR_QUERY), [True] * NUM_ENVS, "has_attr 'label' after SET_ATTR", rule)
+        _set_attr(server, "tag", [True, None, "z"], outermost=True)
+        same(client.call("tag"), [True, None, "z"], "CALL tag's results after SET_ATTR with outermost true", rule)
+        seq = server.send_call("no_such_attribute")
+        report = expect_error(
+            server, seq, "PROTOCOL.md §5.3, §8, §11: a CALL of an attribute no env has is answered with AttributeError"
+        )
+        if report.get("type") != "AttributeError" or report.get("module") != "builtins" or report.get("index") is None:
+            raise server.fail(
+                f"CALL no_such_attribute was answered with an ERROR of type {preview(report.get('type'))}, module "
+                f"{preview(report.get('module', 'absent'))} and index {preview(report.get('index', 'absent'))}, "
+                "expected 'AttributeError', 'builtins' and the local index of the env (PROTOCOL.md §11): the learner "
+                "raises it as an AttributeError only then (§8), which getattr and hasattr rely on"
+            )
+        client.reset(seeds, what="a RESET after the failed CALL (the client keeps serving, §8)")
+
+
+def tagged_values() -> list[Any]:
+    """One value per env using every tag a client must read (PROTOCOL.md §11: ``l t d f i a s b``)."""
+    return [
+        {
+            "tuple": (1, "x", (2.5, None)),
+            "int keys": {1: "one", (2, 3): [True, False], -4: -0.0},
+            "nan": float("nan"),
+            "inf": [float("inf"), float("-inf")],
+            "big": [2**64 + 3, -(2**70)],
+            "floats": [1.0, 0.1, 1e300, -2.5e-300],
+        },
+        {
+            "array": np.arange(6, dtype="<i2").reshape(2, 3),
+            "empty": np.zeros((0, 2), dtype="<f8"),
+            "bits": np.array([True, False, True], dtype="|b1"),
+            "scalars": (np.float32(0.1), np.uint64(2**64 - 1), np.int8(-128), np.bool_(True), np.float64("nan")),
+            "bytes": b"\x00\xffbytes",
+        },
+        ["probé \U0001f600", "", [], {}, (), np.array([[1.5, -2.0]], dtype="<f4")],
+    ]
+
+
+def check_set_attr_values(context: Context) -> None:
+    """SET_ATTR values using every tag a client must read come back from CALL exactly as they were set."""
+    with joined(context) as client:
+        client.reset(SEEDS)
+        values = tagged_values()
+        _set_attr(client.server, "payload", values)
+        for number, (got, expected) in enumerate(zip(client.call("payload"), values)):
+            found = difference(got, expected, f"CALL payload's result for env {number}")
+            if found:
+                raise client.server.fail(
+                    f"{found}. PROTOCOL.md §11: a name an earlier SET_ATTR set answers the value it set, exactly as "
+                    "it arrived; a client reads the tags l t d f i a s b and keeps exact types (§3)"
+                )
+
+
+# -- control messages ------------------------------------------------------------------------------
+
+
+def check_ping_ignored(context: Context) -> None:
+    """PING is not answered: after PING and RESET, the next message is RESET's RESULT."""
+    with joined(context) as client:
+        client.server.send_ping()
+        client.reset(SEEDS, what="RESET after a PING (PROTOCOL.md §4, §8.1, §11: a client ignores PING)")
+        client.server.send_ping()
+        client.server.send_ping()
+        client.step(probe_actions(1, NUM_ENVS), what="STEP after two PINGs (a client ignores PING)")
+
+
+def check_server_error_ignored(context: Context) -> None:
+    """The server's ERROR (seq 0) is informative: not answered, and the client keeps serving."""
+    with joined(context) as client:
+        client.reset(SEEDS)
+        client.server.send_error("conformance check: a malformed message (this ERROR is informative)")
+        client.reset(
+            SEEDS,
+            what="RESET after the server's ERROR (PROTOCOL.md §8: an ERROR from the server is only logged, not "
+            "answered)",
+        )
+
+
+def check_evict(context: Context) -> None:
+    """EVICT: the client joins again with a new HELLO from a new session (a new routing id), then serves."""
+    with joined(context) as client:
+        server = client.server
+        client.reset(SEEDS)
+        old_identity, old_session = server.peer, client.hello.value.get("session")
+        server.send_evict("conformance check: this membership ends")
+        why = (
+            "PROTOCOL.md §8.2: a client receiving EVICT ends its session and joins again as a new one; §11: on EVICT "
+            "start again with a new routing id"
+        )
+        deadline = time.monotonic() + 2 * REPLY_SECONDS
+        while True:
+            received = server.receive(max(0.0, deadline - time.monotonic()), stop_on_exit=True)
+            if received is None:
+                raise server.fail(
+                    f"expected a new HELLO within {2 * REPLY_SECONDS:g} s of EVICT, but nothing came ({why})"
+                )
+            if received.kind == Kind.BYE and received.identity == old_identity:
+                continue  # a goodbye from the evicted session is harmless
+            if received.kind != Kind.HELLO:
+                raise server.fail(f"expected a new HELLO after EVICT, but got {received.describe()} ({why})")
+            break
+        if received.identity == old_identity:
+            raise server.fail(f"the HELLO after EVICT came from the evicted routing id {old_identity[:64]!r} ({why})")
+        problems = hello_problems(received, NUM_ENVS, previous=old_session)
+        if problems:
+            shown = "\n".join(f"  {problem}" for problem in problems)
+            raise server.fail(f"the HELLO after EVICT is not as PROTOCOL.md §7 requires:\n{shown}")
+        server.send_welcome(client.slots, identity=received.identity, num_envs=8)
+        client.reference = Reference(NUM_ENVS)
+        client.reset(SEEDS, what="RESET of the new session")
+
+
+def check_close(context: Context) -> None:
+    """CLOSE is answered with BYE echoing its seq, and the client exits with status 0 within 10 s."""
+    with joined(context) as client:
+        server = client.server
+        client.reset(SEEDS)
+        seq = server.send_close()
+        received = server.expect(Kind.BYE, seq=seq, why="PROTOCOL.md §9: a client receiving CLOSE answers BYE")
+        if received.value is not None:
+            raise server.fail(f"the BYE carries a value section {preview(received.value)}; BYE has none (§4)")
+        status = client.process.wait(EXIT_SECONDS)
+        if status is None:
+            raise server.fail(
+                f"the client still runs {EXIT_SECONDS:g} s after its BYE: after CLOSE a client closes its envs and "
+                "exits with status 0, it does not reconnect (PROTOCOL.md §9, CONFORMANCE.md §2)"
+            )
+        if status != 0:
+            raise server.fail(f"the client exited with status {status} after CLOSE, expected 0 (CONFORMANCE.md §2)")
+
+
+def check_refused(context: Context) -> None:
+    """REFUSE for good (code "spaces", and a version REFUSE with header version 3): the client exits
+    with a non-zero status within 30 s."""
+    first, second = context.endpoint(), context.endpoint()
+    with (
+        ScriptedServer(first, liveness_timeout=context.liveness_timeout) as spaces_server,
+        ScriptedServer(second, liveness_timeout=context.liveness_timeout) as version_server,
+    ):
+        cases = [
+            (spaces_server, spaces_server.watch(context.start_client(first, NUM_ENVS)), "a REFUSE with code 'spaces'"),
+            (
+                version_server,
+                version_server.watch(context.start_client(second, NUM_ENVS)),
+                "a REFUSE with code 'version' and header version 3 (a server of another version, PROTOCOL.md §7)",
+            ),
+        ]
+        spaces_server.expect_hello()
+        spaces_server.send_refuse("spaces", "conformance check: the spaces differ from the vector's", waiting=False)
+        version_server.expect_hello()
+        version_server.send_refuse(
+            "version", "protocol version mismatch: the server speaks 3, the client 2", waiting=False, version=3
+        )
+        deadline = time.monotonic() + REFUSED_EXIT_SECONDS
+        for server, process, what in cases:
+            status = process.wait(max(0.0, deadline - time.monotonic()))
+            if status is None:
+                raise server.fail(
+                    f"the client still runs {REFUSED_EXIT_SECONDS:g} s after {what} with waiting false: a client "
+                    "refused for good reports the reason and stops (PROTOCOL.md §7), with a non-zero status "
+                    "(CONFORMANCE.md §2)"
+                )
+            if status == 0:
+                raise server.fail(
+                    f"the client exited with status 0 after {what}: a client refused for good exits with a non-zero "
+                    "status (CONFORMANCE.md §2)"
+                )
+
+
+def check_waiting_in_line(context: Context) -> None:
+    """REFUSE "full" with waiting true: the client stays, silent, until an unprompted WELCOME; then serves."""
+    endpoint = context.endpoint()
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as server:
+        process = server.watch(context.start_client(endpoint, NUM_ENVS))
+        hello = server.expect_hello(count=NUM_ENVS)
+        server.send_refuse("full", "no free slot: this client is number 1 in line", waiting=True)
+        server.expect_silence(
+            1.0, why="PROTOCOL.md §7.3: a client in line stays connected and waits for the WELCOME the server sends"
+        )
+        if not process.running():
+            raise server.fail(
+                f"the client exited (status {process.process.returncode}) after a REFUSE with waiting true: it is "
+                "in line and keeps waiting for a WELCOME (PROTOCOL.md §7, §7.3)"
+            )
+        slots = [1, 2, 3]
+        server.send_welcome(slots, num_envs=4)
+        client = Driven(server, process, hello, slots, "NextStep", False)
+        client.reset(SEEDS, what="RESET after the unprompted WELCOME (PROTOCOL.md §7.3)")
+
+
+def check_reset_first(context: Context) -> None:
+    """WELCOME's reset_first: the first STEP (no RESET before it) resets the envs, as an autoreset step;
+    a WELCOME key the client does not know is ignored."""
+    with joined(
+        context, reset_first=True, conformance_extra={"note": "a key of a later version: clients ignore it"}
+    ) as client:
+        why = (
+            "the WELCOME said reset_first true (PROTOCOL.md §7, §8.2: the first STEP resets the envs, in NextStep "
+            "mode) and carried a key the client does not know, 'conformance_extra' (§7: a client ignores it)"
+        )
+        client.step(probe_actions(1, NUM_ENVS), what=f"the first STEP: {why}")
+        client.step(probe_actions(2, NUM_ENVS), what="the second STEP")
+
+
+CHECKS: list[Check] = [
+    Check(GROUP, "HELLO is well-formed", check_hello),
+    Check(GROUP, "RESET and STEP are answered (NextStep)", check_reset_and_step),
+    Check(GROUP, "SameStep episode ends carry 'final'", check_same_step),
+    Check(GROUP, "STEP with FLAG_DTYPES", check_step_dtypes),
+    Check(GROUP, "queued commands are answered in order", check_queued_commands),
+    Check(GROUP, "FLAG_SUBSET commands", check_subsets),
+    Check(GROUP, "malformed commands get ERROR", check_malformed_commands),
+    Check(GROUP, "CALL and SET_ATTR", check_call_and_set_attr),
+    Check(GROUP, "SET_ATTR values come back exactly", check_set_attr_values),
+    Check(GROUP, "PING is not answered", check_ping_ignored),
+    Check(GROUP, "the server's ERROR is not answered", check_server_error_ignored),
+    Check(GROUP, "EVICT: rejoin as a new session", check_evict),
+    Check(GROUP, "CLOSE: BYE, then exit 0", check_close),
+    Check(GROUP, "REFUSE for good: exit non-zero", check_refused),
+    Check(GROUP, "REFUSE full: wait in line", check_waiting_in_line),
+    Check(GROUP, "WELCOME reset_first", check_reset_first),
+]
+"""The wire group, in the order it runs."""

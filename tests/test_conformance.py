@@ -1,0 +1,86 @@
+"""The conformance suite (gym_remote/conformance, docs/CONFORMANCE.md) passes the Python client and fails
+clients with a deliberate flaw, with a message that names the flaw."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gym_remote.conformance import GROUPS, run
+from tests.conftest import REPO_ROOT
+
+PROBE_CLIENT = ["client", "{endpoint}", "--env", "gym_remote/Probe-v0", "--num-envs", "{num_envs}"]
+PROBE_CLIENT += ["--liveness-timeout", "{liveness_timeout}", "{security}"]
+PYTHON_CLIENT = [sys.executable, "-m", "gym_remote", *PROBE_CLIENT]
+
+
+def broken_client(flaw: str) -> list[str]:
+    """The Python client with one flaw (tests/broken_clients.py)."""
+    return [sys.executable, "-m", "tests.broken_clients", flaw, *PROBE_CLIENT]
+
+
+@pytest.fixture(autouse=True)
+def importable_tests(monkeypatch):
+    """The clients the runner starts can import ``tests.broken_clients``."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    monkeypatch.chdir(REPO_ROOT)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("group", GROUPS)
+def test_the_python_client_passes(group):
+    report = run(PYTHON_CLIENT, groups=[group])
+    assert report.results and report.passed, report.text()
+
+
+def failure(report, name: str):
+    by_name = {result.name: result for result in report.results}
+    assert name in by_name, f"no check named {name!r}: {list(by_name)}"
+    result = by_name[name]
+    assert not result.passed, f"the broken client passed {name!r}:\n{report.text()}"
+    return result
+
+
+def test_a_client_that_writes_whole_floats_as_ints_fails_the_values_checks_naming_the_info():
+    name = "lock-step batches match SyncVectorEnv, NextStep"
+    result = failure(run(broken_client("floats-as-ints"), names=[name]), name)
+    assert "infos['half']" in result.message and "dtype <i8" in result.message and "dtype <f8" in result.message
+
+
+@pytest.mark.timeout(180)
+def test_a_client_without_heartbeats_fails_the_lifecycle_check_naming_them():
+    name = "the client's heartbeats notice a silent server, and it rejoins"
+    result = failure(run(broken_client("no-heartbeats"), names=[name]), name)
+    assert "ZMQ_HEARTBEAT_IVL" in result.message and "§8.1" in result.message
+
+
+def test_the_command_line_writes_a_json_report_and_exits_by_the_result(tmp_path):
+    path = tmp_path / "report.json"
+    command = [sys.executable, "-m", "gym_remote", "conformance", "--only", "security", "--json", str(path), "--"]
+    done = subprocess.run([*command, *PYTHON_CLIENT], capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5 of 5 checks passed" in done.stdout
+    report = json.loads(path.read_text())
+    assert report["passed"] is True and len(report["checks"]) == 5
+    assert all(check["group"] == "security" for check in report["checks"])
+
+    missing = [*command, str(tmp_path / "no-such-client"), "{endpoint}"]
+    done = subprocess.run(missing, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 1
+    assert "cannot start the client command" in done.stdout and "no-such-client" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [([], "give the client command after --"), (["--", "client"], "must contain {endpoint}")],
+)
+def test_the_command_line_refuses_a_command_it_cannot_run(arguments, message):
+    command = [sys.executable, "-m", "gym_remote", "conformance", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr
+    bad_group = [sys.executable, "-m", "gym_remote", "conformance", "--only", "speed", "--", "c", "{endpoint}"]
+    done = subprocess.run(bad_group, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown check groups ['speed']" in done.stderr

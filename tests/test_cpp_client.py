@@ -1,0 +1,122 @@
+"""The C++ client (clients/cpp): its unit tests, the conformance suite, and a vector served by C++ and
+Python clients together, against SyncVectorEnv."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from gym_remote import RemoteVectorEnv
+from gym_remote.conformance import GROUPS, run
+from gym_remote.conformance.reference import differences
+from gym_remote.conformance.values import probe_vector
+from gym_remote.probe import ProbeEnv
+from tests.conftest import REPO_ROOT
+from tests.helpers import free_tcp_address
+
+pytestmark = pytest.mark.timeout(300)
+
+LEARNED_RETURN = 100.0
+"""The mean return PPO reaches on the C++ CartPole in the example's first 50k steps (seed 1)."""
+
+
+def probe_client(build, *arguments: str) -> list[str]:
+    return [str(build / "gym_remote_probe_client"), *arguments]
+
+
+def test_its_unit_tests_and_the_test_vectors_pass(cpp_build):
+    command = ["ctest", "--test-dir", str(cpp_build), "--output-on-failure"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "100% tests passed, 0 tests failed out of 2" in done.stdout, done.stdout[-4000:]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_it_passes_the_conformance_suite(cpp_build, group):
+    template = probe_client(
+        cpp_build, "{endpoint}", "--num-envs", "{num_envs}", "--liveness-timeout", "{liveness_timeout}", "{security}"
+    )
+    report = run(template, groups=[group])
+    assert report.results and report.passed, report.text()
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_cpp_and_python_clients_serve_one_vector_as_sync_vector_env_steps(cpp_build, reaper, mode):
+    endpoint = free_tcp_address()
+    envs = probe_vector(endpoint, 4, liveness_timeout=2.0, mode=mode)
+    reference = SyncVectorEnv([ProbeEnv] * 4, autoreset_mode=mode)
+    try:
+        reaper.popen(probe_client(cpp_build, endpoint, "--num-envs", "2", "--name", "cpp"))
+        python = [sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0"]
+        reaper.popen([*python, "--num-envs", "2", "--name", "python"])
+        found = differences(envs.reset(seed=5), reference.reset(seed=5), "reset")
+        names = {row["client"] for row in envs.stats()}
+        assert names == {"cpp", "python"}, envs.stats()
+        envs.action_space.seed(1)
+        for step in range(40):
+            actions = envs.action_space.sample()
+            expected = reference.step(actions)
+            found += differences(envs.step(actions), expected, f"step {step}")
+            done = expected[2] | expected[3]
+            if mode == AutoresetMode.DISABLED and np.any(done):
+                options = {"reset_mask": done.copy()}
+                mask = {"reset_mask": done.copy()}
+                found += differences(envs.reset(options=options), reference.reset(options=mask), f"reset {step}")
+        assert not found, "\n".join(found)
+    finally:
+        envs.close()
+        reference.close()
+
+
+def cartpole_client(build, endpoint: str, num_envs: int) -> list[str]:
+    return [str(build / "gym_remote_cartpole_client"), endpoint, "--num-envs", str(num_envs)]
+
+
+def test_the_cpp_cartpole_steps_gymnasiums_physics_bit_for_bit(cpp_build, reaper):
+    single = gym.make("CartPole-v1")
+    endpoint = free_tcp_address()
+    envs = RemoteVectorEnv(
+        num_envs=4, bind=endpoint, observation_space=single.observation_space, action_space=single.action_space
+    )
+    reference = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4, autoreset_mode=AutoresetMode.DISABLED)
+    try:
+        reaper.popen(cartpole_client(cpp_build, endpoint, 4))
+        envs.reset(seed=0)
+        reference.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for episode in range(3):
+            states = [rng.uniform(-0.2, 0.2, 4) for _ in range(4)]  # the same start in both
+            envs.set_attr("state", states)
+            reference.set_attr("state", states)
+            for step in range(200):
+                actions = rng.integers(0, 2, 4)
+                remote_obs, remote_rewards, *remote_flags, _ = envs.step(actions)
+                obs, rewards, *flags, _ = reference.step(actions)
+                assert remote_obs.tobytes() == obs.tobytes(), (episode, step, remote_obs, obs)
+                assert remote_rewards.tolist() == rewards.tolist() and np.array_equal(remote_flags, flags)
+                if np.any(flags[0] | flags[1]):
+                    break
+            envs.reset(seed=episode)
+            reference.reset(seed=episode)
+        assert envs.get_attr("state")[0].dtype == np.float64
+    finally:
+        envs.close()
+        reference.close()
+
+
+@pytest.mark.timeout(600)
+def test_the_ppo_example_trains_on_the_cpp_cartpole(cpp_build, reaper):
+    endpoint = free_tcp_address()
+    script = REPO_ROOT / "examples" / "cleanrl_ppo.py"
+    learner = [sys.executable, str(script), "--bind", endpoint, "--num-envs", "4", "--total-timesteps", "50000"]
+    trainer = reaper.popen(learner, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reaper.popen(cartpole_client(cpp_build, endpoint, 4))
+    output, _ = trainer.communicate(timeout=500)
+    assert trainer.returncode == 0, output[-3000:]
+    final = float(output.strip().splitlines()[-1].rsplit(":", 1)[1])
+    assert final >= LEARNED_RETURN, output[-3000:]  # random actions average about 22
