@@ -1,8 +1,9 @@
 """The package's structure, read from its source: what may import what, and who may touch whose internals.
 
 * the import graph of ``gym_remote`` has no cycles;
-* the socket-free cores (membership, episodes, commands, batch, codec, protocol, errors) import
-  neither ZeroMQ nor a module that does I/O, so they run and are tested without a network;
+* the socket-free cores (membership, episodes, commands, batch, codec, protocol, errors, the probe env,
+  the conformance runner's reference values and report) import neither ZeroMQ nor a module that does
+  I/O, so they run and are tested without a network;
 * the adapters (``sb3.py``, ``ray.py``) use only RemoteVectorEnv's public API;
 * nothing assigns onto the server from outside (no callbacks wired in after construction).
 """
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.timeout(30)
 PACKAGE = Path(__file__).resolve().parent.parent / "gym_remote"
 MODULES = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem not in ("__init__", "__main__"))
 SOCKET_FREE = ["membership", "episodes", "commands", "batch", "codec", "protocol", "errors", "probe"]
+SOCKET_FREE += ["conformance/reference", "conformance/report"]  # the conformance runner's pure pieces
 IO_MODULES = {"server", "transport", "client", "launch", "security", "vector_env", "partial", "cli", "bench"}
 
 
