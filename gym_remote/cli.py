@@ -362,9 +362,7 @@ def _run_conformance(args: argparse.Namespace) -> int:
         logging.getLogger("gym_remote").setLevel(logging.ERROR)
 
     def progress(result) -> None:
-        print(
-            f"{'pass' if result.passed else 'FAIL'}  {result.group}: {result.name} ({result.seconds:.1f} s)", flush=True
-        )
+        print(result.line(), flush=True)
 
     report = runner.run(command, groups=args.only, liveness_timeout=args.liveness_timeout, progress=progress)
     print()

@@ -46,8 +46,9 @@ __all__ = [
 ]
 
 MAX_DEPTH = 64
-MAX_DIMENSIONS = 32
 """Deepest nesting of containers a decoded value may have."""
+MAX_DIMENSIONS = 32
+"""Most dimensions an array may have."""
 
 _ARRAY_KINDS = frozenset("biufcmMUS")
 _JSON_SCALAR_KINDS = frozenset("biuf")

@@ -106,11 +106,10 @@ def step(
             plan = plan_of(client)
             subset = plan.indexes is not None
             rows = [leaf[plan.rows] for leaf in leaves]
-            sent_dtypes = dtypes
-            if not own_dtypes and client.dtypes is not None:
-                rows, sent_dtypes = _accepted_rows(rows, leaf_spaces, client.dtypes)
-            own = own_dtypes or all(dtype == space.dtype for dtype, space in zip(sent_dtypes, leaf_spaces, strict=True))
-            header = protocol.pack_step_header(seq, len(plan.slots), None if own else sent_dtypes, subset=subset)
+            listed = None if own_dtypes else dtypes
+            if listed is not None and client.dtypes is not None:
+                rows, listed = _accepted_rows(rows, leaf_spaces, client.dtypes)
+            header = protocol.pack_step_header(seq, len(plan.slots), listed, subset=subset)
             index_frames = [protocol.index_frame(plan.indexes)] if subset else []
             return [header, *index_frames, *rows]
 
@@ -121,10 +120,12 @@ def step(
 
 def _accepted_rows(
     rows: list[np.ndarray], leaf_spaces: list[gym.Space], accepted: frozenset[np.dtype]
-) -> tuple[list[np.ndarray], list[np.dtype]]:
-    """``rows`` with every leaf whose dtype the client does not accept cast to its space's dtype (HELLO ``dtypes``)."""
+) -> tuple[list[np.ndarray], list[np.dtype] | None]:
+    """``rows`` with every leaf whose dtype the client does not accept cast to its space's dtype (HELLO
+    ``dtypes``), and the dtype listing they need (None: all are their spaces' own dtypes)."""
     cast = [row if row.dtype in accepted else row.astype(space.dtype) for row, space in zip(rows, leaf_spaces)]
-    return cast, [row.dtype for row in cast]
+    own = all(row.dtype == space.dtype for row, space in zip(cast, leaf_spaces))
+    return cast, None if own else [row.dtype for row in cast]
 
 
 def _action_leaves(

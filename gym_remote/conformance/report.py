@@ -28,6 +28,10 @@ class CheckResult:
     client_output: str = ""
     """The tail of the client's stderr and stdout, when the check failed."""
 
+    def line(self) -> str:
+        """``pass  group: name (1.2 s)``, or ``FAIL ...``."""
+        return f"{'pass' if self.passed else 'FAIL'}  {self.group}: {self.name} ({self.seconds:.1f} s)"
+
 
 @dataclass
 class Report:
@@ -46,9 +50,7 @@ class Report:
     def text(self) -> str:
         """A report a person reads: one line per check, then each failure's message and the client's output."""
         lines = [f"conformance of: {' '.join(self.command)}"]
-        for result in self.results:
-            mark = "pass" if result.passed else "FAIL"
-            lines.append(f"  {mark}  {result.group}: {result.name} ({result.seconds:.1f} s)")
+        lines.extend(f"  {result.line()}" for result in self.results)
         for result in self.failures():
             lines.append("")
             lines.append(f"FAIL {result.group}: {result.name}")

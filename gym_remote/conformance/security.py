@@ -3,7 +3,8 @@ wrong secret, or no keys at all against a CURVE server make the client exit with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
+from typing import Any
 
 from gym_remote.conformance.report import CheckFailed
 from gym_remote.conformance.runner import Check, Context
@@ -14,42 +15,30 @@ __all__ = ["CHECKS"]
 REFUSAL_SECONDS = 30.0
 
 
-def key_files(context: Context) -> list[str]:
-    keys = context.credentials
-    return ["--server-key", str(keys.server_public), "--client-key", str(keys.client_secret)]
+Arguments = Callable[[Context], list[str]]
+"""The client's security arguments in a check's context."""
+ServerOptions = Callable[[Context], dict[str, Any]]
+"""The server's security keyword arguments in a check's context."""
 
 
-def with_key_files(context: Context) -> None:
-    keys = context.credentials
-    with served_vector(
-        context,
-        clients=1,
-        envs_per_client=2,
-        client_security=key_files(context),
-        server_key=str(keys.server_secret),
-        authorized_keys=str(keys.authorized_dir),
-    ) as envs:
-        remote("reset with CURVE key files", envs.reset, seed=1)
-        remote("step with CURVE key files", envs.step, envs.action_space.sample())
-        names = {row["key"] for row in envs.stats() if row["served"]}
-        if names != {"client"}:
-            raise CheckFailed(f"the client authenticated with the keys {sorted(names)}, not with client.key_secret")
+def joins(security: Arguments, server_kwargs: ServerOptions, what: str, key_name: str | None = None):
+    """A check that a client started with the arguments ``security(context)`` joins a server made with
+    ``server_kwargs(context)`` and steps (and authenticated with the key named ``key_name``)."""
+
+    def check(context: Context) -> None:
+        with served_vector(
+            context, clients=1, envs_per_client=2, client_security=security(context), **server_kwargs(context)
+        ) as envs:
+            remote(f"reset with {what}", envs.reset, seed=1)
+            remote(f"step with {what}", envs.step, envs.action_space.sample())
+            names = {row["key"] for row in envs.stats() if row["served"]}
+            if key_name is not None and names != {key_name}:
+                raise CheckFailed(f"the client authenticated with the keys {sorted(names)}, not with {key_name}")
+
+    return check
 
 
-def with_secret(context: Context) -> None:
-    keys = context.credentials
-    with served_vector(
-        context,
-        clients=1,
-        envs_per_client=2,
-        client_security=["--secret-file", str(keys.secret_file)],
-        secret=keys.secret,
-    ) as envs:
-        remote("reset with a shared secret", envs.reset, seed=1)
-        remote("step with a shared secret", envs.step, envs.action_space.sample())
-
-
-def refused(security: Sequence[str], server_kwargs, what: str):
+def refused(security: Arguments, server_kwargs: ServerOptions, what: str):
     def check(context: Context) -> None:
         endpoint = context.endpoint()
         envs = probe_vector(endpoint, 1, context.liveness_timeout, **server_kwargs(context))
@@ -79,27 +68,44 @@ def _curve_server(context: Context) -> dict:
     return {"server_key": str(keys.server_secret), "authorized_keys": str(keys.authorized_dir)}
 
 
-def _stranger(context: Context) -> list[str]:
-    keys = context.credentials
-    return ["--server-key", str(keys.server_public), "--client-key", str(keys.stranger_secret)]
+def _key_files(secret_key: str) -> Arguments:
+    """The client arguments for the server's public key and the client secret key ``secret_key`` of Credentials."""
+    return lambda context: [
+        "--server-key",
+        str(context.credentials.server_public),
+        "--client-key",
+        str(getattr(context.credentials, secret_key)),
+    ]
+
+
+def _secret_file(field: str) -> Arguments:
+    return lambda context: ["--secret-file", str(getattr(context.credentials, field))]
+
+
+def _secret_server(context: Context) -> dict:
+    return {"secret": context.credentials.secret}
 
 
 CHECKS = [
-    Check("security", "CURVE key files: the client joins and steps", with_key_files),
-    Check("security", "a shared secret: the client joins and steps", with_secret),
+    Check(
+        "security",
+        "CURVE key files: the client joins and steps",
+        joins(_key_files("client_secret"), _curve_server, "CURVE key files", key_name="client"),
+    ),
+    Check(
+        "security",
+        "a shared secret: the client joins and steps",
+        joins(_secret_file("secret_file"), _secret_server, "a shared secret"),
+    ),
     Check(
         "security",
         "a key the server does not authorize: the client exits with an error",
-        refused(_stranger, _curve_server, "a client key that is not authorized"),
+        refused(_key_files("stranger_secret"), _curve_server, "a client key that is not authorized"),
     ),
     Check(
         "security",
         "a wrong secret: the client exits with an error",
-        refused(
-            lambda context: ["--secret-file", str(context.credentials.wrong_secret_file)],
-            lambda context: {"secret": context.credentials.secret},
-            "a wrong shared secret",
-        ),
+        refused(_secret_file("wrong_secret_file"), _secret_server, "a wrong shared secret"),
     ),
     Check(
         "security",

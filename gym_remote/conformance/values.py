@@ -142,10 +142,19 @@ def partial(mode: AutoresetMode):
         rng = np.random.default_rng(SEED)
         _, action_space = probe_spaces()
         action_space.seed(SEED)
+        expected: dict[int, Any] = {}  # each slot's result to come, from its own probe
+
+        def send(envs: RemoteVectorEnv, ids: Any, what: str) -> None:
+            """Sampled actions to the slots ``ids``, and each slot's own probe stepped with its action."""
+            actions = [action_space.sample() for _ in ids]
+            remote(what, envs.send, tuple(np.stack([a[leaf] for a in actions]) for leaf in range(3)), ids)
+            for slot, action in zip(ids, actions):
+                expected[int(slot)] = twins.step(int(slot), action)
+
         try:
             with served_vector(context, mode, batch_size=2) as envs:
                 remote("async_reset(seed=100)", envs.async_reset, seed=SEED)
-                expected = {slot: twins.reset(slot, SEED + slot) for slot in range(NUM_ENVS)}
+                expected.update({slot: twins.reset(slot, SEED + slot) for slot in range(NUM_ENVS)})
                 for round_number in range(3 * STEPS):
                     results = remote(f"recv() {round_number}", envs.recv)
                     slots = results[4]["env_id"].tolist()
@@ -153,25 +162,14 @@ def partial(mode: AutoresetMode):
                     for slot, result in zip(slots, got):
                         compare(f"recv() {round_number}, slot {slot} ({mode.value})", result, expected.pop(slot))
                     chosen = [slot for slot in slots if rng.random() < 0.8] or slots[:1]
-                    actions = [action_space.sample() for _ in chosen]
-                    batched = tuple(np.stack([a[leaf] for a in actions]) for leaf in range(3))
-                    remote(f"send() {round_number}", envs.send, batched, np.asarray(chosen))
-                    for slot, action in zip(chosen, actions):
-                        expected[slot] = twins.step(slot, action)
+                    send(envs, np.asarray(chosen), f"send() {round_number}")
                     idle = [slot for slot in range(NUM_ENVS) if slot not in expected]
                     if idle and round_number % 5 == 4:
-                        remote("send() to idle slots", envs.send, _actions(action_space, idle, twins, expected), idle)
+                        send(envs, idle, "send() to idle slots")  # ids as a list this time
         finally:
             twins.close()
 
     return check
-
-
-def _actions(action_space, slots: list[int], twins: Twins, expected: dict[int, Any]) -> tuple:
-    actions = [action_space.sample() for _ in slots]
-    for slot, action in zip(slots, actions):
-        expected[slot] = twins.step(slot, action)
-    return tuple(np.stack([a[leaf] for a in actions]) for leaf in range(3))
 
 
 def calls_and_attributes(context: Context) -> None:

@@ -171,6 +171,7 @@ struct Client::Impl {
   Status Handle(Message* message, Outcome* outcome);
   Status ReadIndexes(Message* message, std::vector<std::size_t>* indexes);
   Status ReadValue(Message* message, Value* value);
+  std::string ReadText(Message* message, const char* key);
   Status ReadActions(Message* message, std::size_t count, std::vector<Value>* actions);
   Status SendResult(std::uint64_t seq, const std::vector<std::size_t>& indexes, const std::vector<Value>& infos,
                     const std::vector<Value>& finals, CommandError* error);
@@ -789,25 +790,13 @@ Status Client::Impl::Handle(Message* message, Outcome* outcome) {
       Log(LogLevel::kInfo, Prefix() + "the server closed; exiting");
       *outcome = Outcome::kClosed;
       return Status::Ok();
-    case MessageKind::kEvict: {
-      std::string reason = "?";
-      if (ReadValue(message, &command).ok()) {
-        const Value* text = command.Find("reason");
-        if (text != nullptr && text->kind() == Value::Kind::kString) reason = text->text();
-      }
-      Log(LogLevel::kWarning, Prefix() + "the server ended this membership: " + reason);
+    case MessageKind::kEvict:
+      Log(LogLevel::kWarning, Prefix() + "the server ended this membership: " + ReadText(message, "reason"));
       *outcome = Outcome::kEvicted;
       return Status::Ok();
-    }
-    case MessageKind::kError: {
-      std::string text = "?";
-      if (ReadValue(message, &command).ok()) {
-        const Value* reported = command.Find("message");
-        if (reported != nullptr && reported->kind() == Value::Kind::kString) text = reported->text();
-      }
-      Log(LogLevel::kWarning, Prefix() + "the server reports an error: " + text);
+    case MessageKind::kError:
+      Log(LogLevel::kWarning, Prefix() + "the server reports an error: " + ReadText(message, "message"));
       return Status::Ok();
-    }
     default:
       return SendError(seq, CommandError{kNoEnv, Protocol("unexpected " + KindName(header.kind) +
                                                            " message from the server")},
@@ -839,6 +828,14 @@ Status Client::Impl::ReadValue(Message* message, Value* value) {
   for (std::size_t i = message->next + 1; i < message->frames.size(); ++i) buffers.emplace_back(message->frames[i]);
   message->next = message->frames.size();
   return DecodeValue(body, buffers, value);
+}
+
+// The string `key` of a message's value (EVICT's reason, a server ERROR's message), "?" if it has none.
+std::string Client::Impl::ReadText(Message* message, const char* key) {
+  Value value;
+  if (!ReadValue(message, &value).ok()) return "?";
+  const Value* text = value.Find(key);
+  return text != nullptr && text->kind() == Value::Kind::kString ? text->text() : "?";
 }
 
 Status Client::Impl::ReadActions(Message* message, std::size_t count, std::vector<Value>* actions) {
