@@ -1040,7 +1040,8 @@ def test_slot_empty_longer_than_connect_timeout_raises_and_recovers(thread_clien
             empty_for.append(float(match.group(1)))
             assert empty_for[-1] >= short - 0.1 and empty_for[-1] <= time.monotonic() - lost_at + 0.1, message
             row = envs.stats()[2]
-            assert not row["served"] and row["empty_for"] >= empty_for[-1], row
+            # the message rounds to a tenth of a second, so it may read up to 0.05 s more than the clock
+            assert not row["served"] and row["empty_for"] >= empty_for[-1] - 0.05, row
         assert empty_for[1] >= empty_for[0] + short - 0.1, empty_for
 
         # a client joins: stepping works again
