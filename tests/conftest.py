@@ -40,6 +40,7 @@ ONE_PLANE_MODULES = {
     "test_probe",
     "test_protocol",
     "test_protocol_document",
+    "test_relay",
     "test_security_units",
     "test_structure",
     "test_test_vectors",

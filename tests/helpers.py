@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -31,6 +30,8 @@ import gymnasium as gym
 from gymnasium.utils.env_checker import data_equivalence
 
 from gym_remote import EnvClient, RemoteVectorEnv, codec, protocol
+from gym_remote.conformance.subject import free_tcp_endpoint as free_tcp_address  # noqa: F401 (for the tests)
+from gym_remote.conformance.subject import wait_for
 from gym_remote.protocol import FLAG_VALUE, Kind
 
 GYM_REMOTE_SCRIPT = str(Path(sys.executable).with_name("gym-remote"))
@@ -65,11 +66,8 @@ def assert_same_steps(
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
     """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+    if not wait_for(condition, timeout, interval):
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def step_until(
@@ -283,13 +281,6 @@ class KillWhenMarked:
 
 
 # -- servers ---------------------------------------------------------------------------------------
-
-
-def free_tcp_address() -> str:
-    """A ``tcp://127.0.0.1:PORT`` address whose port was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def rows_by_client(stats: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -9,14 +9,13 @@ rejoins as a new session once the relay goes on.
 from __future__ import annotations
 
 import contextlib
-import selectors
-import socket
 import threading
 import time
 
 import numpy as np
 
 from gym_remote import RemoteVectorEnv
+from gym_remote.conformance.relay import Relay
 from tests.envs import make_cartpole
 from tests.helpers import ThreadClient, cartpole_server
 
@@ -24,99 +23,15 @@ LIVENESS = 2.0
 """liveness_timeout of the server and of the client, in seconds."""
 
 
-class PausableRelay:
-    """Relays every TCP connection made to :attr:`address` (127.0.0.1, a free port) to ``target``, in a
-    thread; :meth:`pause` stops it until :meth:`resume`, its connections left open."""
-
-    def __init__(self, target: str) -> None:
-        host, port = target.removeprefix("tcp://").rsplit(":", 1)
-        self._target = (host, int(port))
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"tcp://127.0.0.1:{self._listener.getsockname()[1]}"
-        self.connections = 0
-        self._relaying = threading.Event()
-        self._relaying.set()
-        self._paused = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def pause(self) -> None:
-        """Stop relaying; returns once the relay's thread has stopped."""
-        self._relaying.clear()
-        assert self._paused.wait(2), "the relay did not pause"
-
-    def resume(self) -> None:
-        self._paused.clear()
-        self._relaying.set()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._relaying.set()
-        self._thread.join(5)
-        assert not self._thread.is_alive(), "the relay's thread did not stop"
-
-    def _run(self) -> None:
-        selector = selectors.DefaultSelector()
-        selector.register(self._listener, selectors.EVENT_READ)
-        peers: dict[socket.socket, socket.socket] = {}
-        try:
-            while not self._stop.is_set():
-                if not self._relaying.is_set():
-                    self._paused.set()
-                    self._relaying.wait(0.05)
-                    continue
-                for key, _ in selector.select(0.05):
-                    if key.fileobj is self._listener:
-                        self._accept(selector, peers)
-                    else:
-                        self._forward(key.fileobj, selector, peers)
-        finally:
-            for sock in [self._listener, *peers]:
-                sock.close()
-            selector.close()
-
-    def _accept(self, selector: selectors.BaseSelector, peers: dict[socket.socket, socket.socket]) -> None:
-        incoming, _ = self._listener.accept()
-        try:
-            outgoing = socket.create_connection(self._target, timeout=5)
-        except OSError:
-            incoming.close()
-            return
-        for sock, other in ((incoming, outgoing), (outgoing, incoming)):
-            sock.settimeout(5)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            peers[sock] = other
-            selector.register(sock, selectors.EVENT_READ)
-        self.connections += 1
-
-    def _forward(self, sock: socket.socket, selector: selectors.BaseSelector, peers: dict) -> None:
-        """Pass on what ``sock`` received; when either side is closed, close both."""
-        if sock not in peers:  # closed with its other side earlier in this round
-            return
-        try:
-            data = sock.recv(1 << 16)
-            if data:
-                peers[sock].sendall(data)
-                return
-        except OSError:
-            pass
-        other = peers.pop(sock)
-        peers.pop(other, None)
-        for closing in (sock, other):
-            selector.unregister(closing)
-            closing.close()
-
-
-def served_through_a_relay(stack: contextlib.ExitStack) -> tuple[RemoteVectorEnv, PausableRelay, ThreadClient]:
+def served_through_a_relay(stack: contextlib.ExitStack) -> tuple[RemoteVectorEnv, Relay, ThreadClient]:
     """A 1-slot CartPole server and an EnvClient (in a thread) that reaches it through a relay, after a reset.
 
     Teardown (by ``stack``): the client stops, the relay closes, the server closes.
     """
     envs = cartpole_server(stack, 1, liveness_timeout=LIVENESS)
-    relay = PausableRelay(envs.address)
+    relay = Relay.to(envs.address)
     stack.callback(relay.close)
-    client = ThreadClient(relay.address, [make_cartpole], name="behind-relay", liveness_timeout=LIVENESS)
+    client = ThreadClient(relay.endpoint, [make_cartpole], name="behind-relay", liveness_timeout=LIVENESS)
     stack.callback(client.stop)
     envs.reset(seed=0)
     return envs, relay, client

@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import pickle
-import selectors
 import shutil
 import socket
 import stat
@@ -58,6 +57,7 @@ from gymnasium.vector import SyncVectorEnv
 from zmq.utils.monitor import recv_monitor_message
 
 from gym_remote import EnvClient, JoinRefusedError, RemoteVectorEnv, protocol
+from gym_remote.conformance.relay import Relay
 from gym_remote.protocol import FLAG_VALUE, Kind
 from gym_remote.security import AuthorizedKeys, SecurityOptions, create_key_files
 from gym_remote.transport import MAX_FRAMES
@@ -426,70 +426,6 @@ def test_a_key_added_to_the_authorized_directory_lets_its_client_in(keys, stack,
 # =====================================================================================================
 
 
-class Relay:
-    """A TCP relay on 127.0.0.1 that forwards every connection to ``target_port`` and records every byte.
-
-    One thread, one selector; it stops when :meth:`close` is called (and at the latest after 60 s).
-    """
-
-    def __init__(self, target_port: int) -> None:
-        self.target = ("127.0.0.1", target_port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.setblocking(False)
-        self.port = self.listener.getsockname()[1]
-        self.to_server = bytearray()
-        self.to_client = bytearray()
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="relay", daemon=True)
-        self._thread.start()
-
-    @property
-    def address(self) -> str:
-        return f"tcp://127.0.0.1:{self.port}"
-
-    def _run(self) -> None:
-        selector = selectors.DefaultSelector()
-        selector.register(self.listener, selectors.EVENT_READ, None)
-        deadline = time.monotonic() + 60
-        sockets: list[socket.socket] = []
-        try:
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                for key, _ in selector.select(0.05):
-                    if key.data is None:
-                        client, _ = self.listener.accept()
-                        server = socket.create_connection(self.target, timeout=5)
-                        client.settimeout(5)
-                        self.connections += 1
-                        sockets += [client, server]
-                        selector.register(client, selectors.EVENT_READ, (server, self.to_server))
-                        selector.register(server, selectors.EVENT_READ, (client, self.to_client))
-                        continue
-                    other, record = key.data
-                    try:
-                        data = key.fileobj.recv(1 << 16)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        for sock in (key.fileobj, other):
-                            with contextlib.suppress(KeyError, ValueError):
-                                selector.unregister(sock)
-                            sock.close()
-                        continue
-                    record += data
-                    with contextlib.suppress(OSError):
-                        other.sendall(data)
-        finally:
-            for sock in [*sockets, self.listener]:
-                sock.close()
-            selector.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        assert not self._thread.is_alive()
-
-
 @pytest.mark.parametrize("mode", ["plaintext", "keys", "secret"])
 def test_a_relay_between_client_and_server_sees_only_ciphertext(mode, keys, stack):
     name = "zebra-client-123"
@@ -500,9 +436,9 @@ def test_a_relay_between_client_and_server_sees_only_ciphertext(mode, keys, stac
     }[mode]
     client_security = {"plaintext": {}, "keys": keys.client("alice"), "secret": {"secret": SECRET}}[mode]
     envs = cartpole_server(stack, 1, **server_security)
-    relay = Relay(int(envs.address.rsplit(":", 1)[1]))
+    relay = Relay.to(envs.address, record=True)
     stack.callback(relay.close)
-    client = start_client(stack, relay.address, 1, name, **client_security)
+    client = start_client(stack, relay.endpoint, 1, name, **client_security)
     twin = Twin(stack, [0], seed=8)
     twin.reset(envs, seed=8)
     twin.run(envs, 30)

@@ -167,8 +167,7 @@ def frozen_client_is_lost(context: Context) -> None:
 
 def frozen_server_is_noticed(context: Context) -> None:
     endpoint = context.endpoint()
-    host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
-    with Relay((host, int(port))) as relay:
+    with Relay.to(endpoint) as relay:
         with served_vector(
             context, clients=1, envs_per_client=2, endpoint=endpoint, client_endpoint=relay.endpoint
         ) as envs:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import tempfile
 import time
 import traceback
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gym_remote.conformance.report import CheckFailed, CheckResult, Report
-from gym_remote.conformance.subject import ClientProcess, expand
+from gym_remote.conformance.subject import ClientProcess, expand, free_tcp_endpoint
 from gym_remote.security import create_key_files
 
 __all__ = ["Check", "Context", "Credentials", "GROUPS", "all_checks", "run"]
@@ -69,9 +68,7 @@ class Context:
 
     def endpoint(self) -> str:
         """A ``tcp://127.0.0.1:PORT`` address whose port was free a moment ago."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+        return free_tcp_endpoint()
 
     def start_client(
         self, endpoint: str, num_envs: int = 1, security: Sequence[str] = (), liveness_timeout: float | None = None

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["PLACEHOLDERS", "ClientProcess", "expand"]
+__all__ = ["PLACEHOLDERS", "ClientProcess", "expand", "free_tcp_endpoint", "wait_for"]
 
 PLACEHOLDERS = ("{endpoint}", "{num_envs}", "{liveness_timeout}", "{security}")
 
@@ -109,6 +110,13 @@ class ClientProcess:
 
     def __repr__(self) -> str:
         return f"ClientProcess({self.label}, pid {self.pid})"
+
+
+def free_tcp_endpoint() -> str:
+    """A ``tcp://127.0.0.1:PORT`` address whose port was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def wait_for(condition, timeout: float, interval: float = 0.02) -> bool:
