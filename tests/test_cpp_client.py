@@ -77,33 +77,78 @@ def cartpole_client(build, endpoint: str, num_envs: int) -> list[str]:
     return [str(build / "gym_remote_cartpole_client"), endpoint, "--num-envs", str(num_envs)]
 
 
-def test_the_cpp_cartpole_steps_gymnasiums_physics_bit_for_bit(cpp_build, reaper):
+def cartpole_vectors(mode: AutoresetMode) -> tuple[RemoteVectorEnv, SyncVectorEnv, str]:
+    """A RemoteVectorEnv of 4 CartPole slots bound to a free port, and its SyncVectorEnv twin of gym.make's."""
     single = gym.make("CartPole-v1")
     endpoint = free_tcp_address()
     envs = RemoteVectorEnv(
-        num_envs=4, bind=endpoint, observation_space=single.observation_space, action_space=single.action_space
+        num_envs=4,
+        bind=endpoint,
+        autoreset_mode=mode,
+        observation_space=single.observation_space,
+        action_space=single.action_space,
     )
-    reference = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4, autoreset_mode=AutoresetMode.DISABLED)
+    reference = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4, autoreset_mode=mode)
+    return envs, reference, endpoint
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_the_cpp_cartpole_makes_gymnasiums_episodes_from_the_same_seeds(cpp_build, reaper, mode):
+    """Its resets draw from numpy's PCG64 seeded as env.np_random is, and its physics are Gymnasium's, so
+    seeded resets, the unseeded autoresets after them, options and every step match bit for bit."""
+    envs, reference, endpoint = cartpole_vectors(mode)
+    try:
+        reaper.popen(cartpole_client(cpp_build, endpoint, 4))
+        found = differences(envs.reset(seed=123), reference.reset(seed=123), "reset(seed=123)")
+        rng = np.random.default_rng(0)
+        episodes = 0
+        for step in range(300):
+            actions = rng.integers(0, 2, 4)
+            expected = reference.step(actions)
+            found += differences(envs.step(actions), expected, f"step {step}")
+            done = expected[2] | expected[3]
+            episodes += int(done.sum())
+            if mode == AutoresetMode.DISABLED and np.any(done):
+                where = f"reset of {done} after step {step}"
+                found += differences(
+                    envs.reset(options={"reset_mask": done.copy()}),
+                    reference.reset(options={"reset_mask": done.copy()}),
+                    where,
+                )
+            if found:
+                break
+        options = {"low": -0.2, "high": 0.2}
+        found += differences(
+            envs.reset(seed=2**40, options=options), reference.reset(seed=2**40, options=options), "reset(seed=2**40)"
+        )
+        assert not found, "\n".join(found)
+        assert episodes >= 20, f"only {episodes} episodes ended in 300 steps"
+        assert envs.get_attr("np_random_seed") == (2**40, 2**40 + 1, 2**40 + 2, 2**40 + 3)
+    finally:
+        envs.close()
+        reference.close()
+
+
+def test_the_cpp_cartpole_state_is_an_attribute_the_learner_sets(cpp_build, reaper):
+    envs, reference, endpoint = cartpole_vectors(AutoresetMode.DISABLED)
     try:
         reaper.popen(cartpole_client(cpp_build, endpoint, 4))
         envs.reset(seed=0)
         reference.reset(seed=0)
         rng = np.random.default_rng(0)
-        for episode in range(3):
-            states = [rng.uniform(-0.2, 0.2, 4) for _ in range(4)]  # the same start in both
-            envs.set_attr("state", states)
-            reference.set_attr("state", states)
-            for step in range(200):
-                actions = rng.integers(0, 2, 4)
-                remote_obs, remote_rewards, *remote_flags, _ = envs.step(actions)
-                obs, rewards, *flags, _ = reference.step(actions)
-                assert remote_obs.tobytes() == obs.tobytes(), (episode, step, remote_obs, obs)
-                assert remote_rewards.tolist() == rewards.tolist() and np.array_equal(remote_flags, flags)
-                if np.any(flags[0] | flags[1]):
-                    break
-            envs.reset(seed=episode)
-            reference.reset(seed=episode)
-        assert envs.get_attr("state")[0].dtype == np.float64
+        states = [rng.uniform(-0.2, 0.2, 4) for _ in range(4)]  # further from upright than a reset goes
+        envs.set_attr("state", states)
+        reference.set_attr("state", states)
+        for step in range(200):
+            actions = rng.integers(0, 2, 4)
+            expected = reference.step(actions)
+            found = differences(envs.step(actions), expected, f"step {step}")
+            assert not found, "\n".join(found)
+            if np.any(expected[2] | expected[3]):
+                break
+        gotten = envs.get_attr("state")
+        assert [state.dtype for state in gotten] == [np.dtype(np.float64)] * 4
+        assert [state.tobytes() for state in gotten] == [state.tobytes() for state in reference.get_attr("state")]
     finally:
         envs.close()
         reference.close()

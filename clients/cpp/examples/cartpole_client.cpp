@@ -18,10 +18,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "command_line.hpp"
+#include "numpy_random.hpp"
 #include "gym_remote/env.hpp"
 
 namespace {
@@ -67,12 +67,24 @@ class CartPole : public gym_remote::Env {
     return true;
   }
 
+  // As Gymnasium's: the state drawn from uniform(-0.05, 0.05), or from options {"low": .., "high": ..},
+  // by numpy's generator seeded as env.np_random is, so that a seed makes the same episode as in Python.
   Status reset(const std::optional<std::int64_t>& seed, const Value* options, Value* observation,
                Value* info) override {
-    (void)options;
-    if (seed) rng_.seed(static_cast<std::uint64_t>(*seed));
-    std::uniform_real_distribution<double> uniform(-0.05, 0.05);
-    for (double& x : state_) x = uniform(rng_);
+    double low = -0.05, high = 0.05;
+    if (options != nullptr && options->kind() == Value::Kind::kDict) {
+      const Value* given_low = options->Find("low");
+      const Value* given_high = options->Find("high");
+      if ((given_low && !given_low->ToDouble(&low).ok()) || (given_high && !given_high->ToDouble(&high).ok())) {
+        return gym_remote::ValueError("the reset options 'low' and 'high' must be numbers");
+      }
+      if (low > high) return gym_remote::ValueError("Lower bound must be lower than higher bound.");
+    }
+    if (seed) {
+      if (*seed < 0) return gym_remote::ValueError("Seed must be a non-negative integer, got " + std::to_string(*seed));
+      rng_.Seed(static_cast<std::uint64_t>(*seed));
+    }
+    for (double& x : state_) x = rng_.Uniform(low, high);
     steps_ = 0;
     already_terminated_ = false;
     *observation = Observation();
@@ -123,7 +135,7 @@ class CartPole : public gym_remote::Env {
   std::array<double, 4> state_ = {0, 0, 0, 0};
   int steps_ = 0;
   bool already_terminated_ = false;
-  std::mt19937_64 rng_{std::random_device{}()};
+  numpy_random::PCG64 rng_{numpy_random::EntropySeed()};
 };
 
 }  // namespace
