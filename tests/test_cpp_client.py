@@ -45,9 +45,10 @@ def test_it_passes_the_conformance_suite(cpp_build, group):
     assert report.results and report.passed, report.text()
 
 
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
 @pytest.mark.parametrize("mode", list(AutoresetMode))
-def test_cpp_and_python_clients_serve_one_vector_as_sync_vector_env_steps(cpp_build, reaper, mode):
-    endpoint = free_tcp_address()
+def test_cpp_and_python_clients_serve_one_vector_as_sync_vector_env_steps(cpp_build, reaper, tmp_path, mode, transport):
+    endpoint = free_tcp_address() if transport == "tcp" else f"ipc://{tmp_path}/learner"
     envs = probe_vector(endpoint, 4, liveness_timeout=2.0, mode=mode)
     reference = SyncVectorEnv([ProbeEnv] * 4, autoreset_mode=mode)
     try:

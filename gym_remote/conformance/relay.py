@@ -37,6 +37,7 @@ class Relay:
         self.to_client = bytearray()
         self.connections = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.setblocking(False)  # a connection reset between select() and accept() must not block
         self.port = self._listener.getsockname()[1]
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ)
@@ -126,7 +127,10 @@ class Relay:
                     self._forward(key.fileobj)  # type: ignore[arg-type]
 
     def _accept(self) -> None:
-        client, _ = self._listener.accept()
+        try:
+            client, _ = self._listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return
         try:
             server = socket.create_connection(self.target, timeout=SEND_TIMEOUT)
         except OSError:
