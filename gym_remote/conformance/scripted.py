@@ -154,7 +154,8 @@ class ScriptedServer:
 
     Its options are the real server's (``ZMQ_LINGER`` 0, ``ROUTER_MANDATORY``, ``MAXMSGSIZE``, ZMTP
     heartbeats for ``liveness_timeout``), NULL mechanism, loopback or ipc endpoints only. Use it as a
-    context manager: it closes its socket and context (bounded) on the way out.
+    context manager: on the way out it ends the clients it watches, then closes its socket and context
+    (bounded).
 
     Args:
         endpoint: where to bind, e.g. ``context.endpoint()``.
@@ -200,7 +201,9 @@ class ScriptedServer:
         self.close()
 
     def close(self) -> None:
-        """Close the socket and terminate the context, waiting at most 2 s."""
+        """End the watched clients, close the socket and terminate the context, waiting at most 2 s."""
+        for process in self.clients:
+            process.end()  # while the socket is open to take its BYE (a client lingers on a BYE it cannot send)
         if not self.socket.closed:
             self.socket.close(linger=0)
             transport.terminate(self.context, 2.0)
