@@ -151,13 +151,17 @@ def echo_case(
 
 
 def cpp_rows(env: str, spaces: tuple[gym.Space, gym.Space], num_envs: int) -> dict[str, Callable[[], Any]]:
-    """The C++ client (clients/cpp) serving ``env`` over ZeroMQ ipc, 1 client and one per core, if it is built."""
+    """The C++ client (clients/cpp) serving ``env``, if it is built: over the data plane with 1 client and one
+    per core, and over ZeroMQ ipc with 1 client."""
     if not cpp_clients.available():
         return {}
-    layouts = {"1 client": 1, f"{min(CORES, num_envs)} clients (1/core)": min(CORES, num_envs)}
+    per_core = min(CORES, num_envs)
+    layouts = {("uds", "1 client"): 1, ("uds", f"{per_core} clients (1/core)"): per_core, ("ipc", "1 client"): 1}
     return {
-        f"C++ client, ipc, {layout}": lambda clients=clients: cpp_clients.CppClients(env, spaces, num_envs, clients)
-        for layout, clients in layouts.items()
+        f"C++ client, {transport}, {layout}": lambda clients=clients, transport=transport: cpp_clients.CppClients(
+            env, spaces, num_envs, clients, transport
+        )
+        for (transport, layout), clients in layouts.items()
     }
 
 

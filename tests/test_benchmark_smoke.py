@@ -61,7 +61,12 @@ def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
     if linux:  # a Unix socket, and shared memory woken through eventfds
         assert {"raw uds, 1 client", "raw shm, 1 client"} <= set(floor), sorted(floor)
     assert ("Remote uds, 1 client" in floor) == uds, sorted(floor)
-    cpp_rows = {"C++ client, ipc, 1 client", f"C++ client, ipc, {min(suite.CORES, 8)} clients (1/core)"}
+    per_core = min(suite.CORES, 8)
+    cpp_rows = {
+        "C++ client, uds, 1 client",
+        f"C++ client, uds, {per_core} clients (1/core)",
+        "C++ client, ipc, 1 client",
+    }
     assert cpp_rows <= set(floor), sorted(floor)  # the C++ client (clients/cpp) next to the Python one
     assert all(value > 0 for value in floor.values())
     training = report["cases"][1]["medians"]

@@ -97,6 +97,7 @@ def test_module_and_console_script_agree(run):
         ["client", "tcp://127.0.0.1:1"],  # neither --env nor --factory
         ["client", "tcp://127.0.0.1:1", "--env", "CartPole-v1", "--factory", "tests.envs:make_cartpole"],
         ["client", "tcp://127.0.0.1:1", "--env", "CartPole-v1", "--connect-timeout", "0"],
+        ["client", "tcp://127.0.0.1:1", "--env", "CartPole-v1", "--spin", "-1"],
         ["demo", "--num-envs", "0"],
         ["demo", "--steps", "many"],
         ["demo", "--env-kwargs", "not json"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -33,7 +34,7 @@ def test_its_unit_tests_and_the_test_vectors_pass(cpp_build):
     command = ["ctest", "--test-dir", str(cpp_build), "--output-on-failure"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert "100% tests passed, 0 tests failed out of 2" in done.stdout, done.stdout[-4000:]
+    assert "100% tests passed, 0 tests failed out of 3" in done.stdout, done.stdout[-4000:]
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -45,19 +46,22 @@ def test_it_passes_the_conformance_suite(cpp_build, group):
     assert report.results and report.passed, report.text()
 
 
-@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+@pytest.mark.parametrize("layout", ["tcp", "ipc", "tcp, no data plane"])
 @pytest.mark.parametrize("mode", list(AutoresetMode))
-def test_cpp_and_python_clients_serve_one_vector_as_sync_vector_env_steps(cpp_build, reaper, tmp_path, mode, transport):
-    endpoint = free_tcp_address() if transport == "tcp" else f"ipc://{tmp_path}/learner"
+def test_cpp_and_python_clients_serve_one_vector_as_sync_vector_env_steps(cpp_build, reaper, tmp_path, mode, layout):
+    """On this host both clients carry the steps over the data plane (PROTOCOL.md §13) unless told not to."""
+    endpoint = f"ipc://{tmp_path}/learner" if layout == "ipc" else free_tcp_address()
+    switch = ["--no-data-plane"] if "no data plane" in layout else []
     envs = probe_vector(endpoint, 4, liveness_timeout=2.0, mode=mode)
     reference = SyncVectorEnv([ProbeEnv] * 4, autoreset_mode=mode)
     try:
-        reaper.popen(probe_client(cpp_build, endpoint, "--num-envs", "2", "--name", "cpp"))
-        python = [sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0"]
+        spin = ["--spin", "0.0001"] if layout == "ipc" else []  # busy-checks the data channel for commands
+        reaper.popen(probe_client(cpp_build, endpoint, "--num-envs", "2", "--name", "cpp", *switch, *spin))
+        python = [sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0", *switch]
         reaper.popen([*python, "--num-envs", "2", "--name", "python"])
         found = differences(envs.reset(seed=5), reference.reset(seed=5), "reset")
-        names = {row["client"] for row in envs.stats()}
-        assert names == {"cpp", "python"}, envs.stats()
+        planes = {row["client"]: row["plane"] for row in envs.stats()}
+        assert planes == dict.fromkeys(["cpp", "python"], "zmq" if switch else "uds"), envs.stats()
         envs.action_space.seed(1)
         for step in range(40):
             actions = envs.action_space.sample()
@@ -72,6 +76,25 @@ def test_cpp_and_python_clients_serve_one_vector_as_sync_vector_env_steps(cpp_bu
     finally:
         envs.close()
         reference.close()
+
+
+def test_a_killed_cpp_client_is_noticed_at_once_over_the_data_plane(cpp_build, reaper):
+    """Its data channel closes when it dies, so the server does not wait for the liveness timeout (30 s)."""
+    endpoint = free_tcp_address()
+    envs = probe_vector(endpoint, 2, liveness_timeout=30.0)
+    try:
+        client = reaper.popen(probe_client(cpp_build, endpoint, "--num-envs", "2", "--liveness-timeout", "30"))
+        envs.reset(seed=1)
+        assert [row["plane"] for row in envs.stats()] == ["uds", "uds"], envs.stats()
+        client.kill()
+        client.wait(5)
+        started = time.monotonic()
+        _, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
+        elapsed = time.monotonic() - started
+        assert elapsed < 2.0, f"the loss took {elapsed:.2f} s to notice"
+        assert truncations.all() and not terminations.any() and "client_lost" in infos, infos
+    finally:
+        envs.close()
 
 
 def cartpole_client(build, endpoint: str, num_envs: int) -> list[str]:

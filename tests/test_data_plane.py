@@ -111,10 +111,11 @@ def test_a_cli_client_offers_it_unless_told_not_to(stack, reaper, tmp_path):
     envs = RemoteVectorEnv(num_envs=2, bind=f"ipc://{tmp_path}/server", timeout=30, connect_timeout=30)
     stack.callback(envs.close)
     args = ("--factory", "tests.envs.faults:make_counter", "--connect-timeout", "30")
-    cli_client(reaper, tmp_path, "near", envs.address, *args)
+    cli_client(reaper, tmp_path, "near", envs.address, *args, "--spin", "0.0001")
     cli_client(reaper, tmp_path, "forced", envs.address, *args, "--no-data-plane")
     envs.reset(seed=0)
-    envs.step(np.zeros(2, dtype=np.int64))
+    for _ in range(20):
+        envs.step(np.zeros(2, dtype=np.int64))
     assert {row["client"]: row["plane"] for row in envs.stats()} == {"near": "uds", "forced": "zmq"}
 
 

@@ -31,8 +31,8 @@ void Usage(FILE* out) {
   std::fprintf(out,
                "usage: %s [-h] [--num-envs K] [--name NAME] [--liveness-timeout SECONDS]\n"
                "       [--connect-timeout SECONDS] [--slot-timeout SECONDS] [--reconnect-timeout SECONDS]\n"
-               "       [--no-reconnect] [--exit-if-full] [--server-key PATH] [--client-key PATH]\n"
-               "       [--secret-file PATH] [--log-level {DEBUG,INFO,WARNING,ERROR}] ENDPOINT\n",
+               "       [--no-reconnect] [--exit-if-full] [--no-data-plane] [--spin SECONDS] [--server-key PATH]\n"
+               "       [--client-key PATH] [--secret-file PATH] [--log-level {DEBUG,INFO,WARNING,ERROR}] ENDPOINT\n",
                g_program);
 }
 
@@ -129,6 +129,17 @@ int Parse(int argc, char** argv, const char* description, Arguments* arguments) 
       options.reconnect = false;
     } else if (argument == "--exit-if-full" && !inline_value) {
       options.wait_for_slot = false;
+    } else if (argument == "--no-data-plane" && !inline_value) {
+      options.data_plane = false;
+    } else if (argument == "--spin") {
+      std::string text;
+      if (!take(&text)) return UsageError("argument --spin: expected one argument");
+      errno = 0;
+      char* end = nullptr;
+      options.spin = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || errno == ERANGE || !(options.spin >= 0) || std::isinf(options.spin)) {
+        return UsageError("argument --spin: must be a duration in seconds >= 0, got '" + text + "'");
+      }
     } else if (argument == "--server-key") {
       if (!take(&server_key)) return UsageError("argument --server-key: expected one argument");
     } else if (argument == "--client-key") {

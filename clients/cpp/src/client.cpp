@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +29,18 @@ using Clock = std::chrono::steady_clock;
 constexpr int kIdlePollMs = 200;        // how often an idle client checks whether it was asked to stop
 constexpr int kHandshakeFailures = 3;   // security handshakes cut off in a row before giving up
 constexpr int kCloseLingerMs = 1000;    // how long a last BYE may still take to leave
+constexpr std::uint64_t kUnlimitedFrameBytes = std::uint64_t{1} << 62;  // a WELCOME without max_message_bytes
+
+// ClientOptions::data_plane: as given, else on unless GYM_REMOTE_DATA_PLANE says off (as the Python client).
+bool DataPlaneWanted(const std::optional<bool>& choice) {
+  if (choice) return *choice;
+  const char* value = std::getenv("GYM_REMOTE_DATA_PLANE");
+  std::string text = value == nullptr ? "" : value;
+  text.erase(0, text.find_first_not_of(" \t\n"));
+  text.erase(text.find_last_not_of(" \t\n") + 1);
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text != "0" && text != "off" && text != "false" && text != "no";
+}
 
 bool Forever(double seconds) { return !(seconds > 0) || std::isinf(seconds); }
 
@@ -155,6 +169,7 @@ struct Client::Impl {
   std::optional<std::int64_t> max_message_bytes;
   std::string lost_reason;
   double join_timeout = 0;
+  double typical_wait = 0;  // a moving average of the waits for a command over the data channel (seconds)
 
   std::string Prefix() const { return "client " + options.name + ": "; }
 
@@ -303,6 +318,7 @@ Status Client::Impl::OpenSocket() {
   open.curve = secure;
   open.server_public_key = options.server_public_key;
   open.client_keys = options.client_keys;
+  open.data_plane = DataPlaneWanted(options.data_plane);
   {
     std::lock_guard<std::mutex> lock(mutex);
     session = open.routing_id;
@@ -322,7 +338,7 @@ bool Client::Impl::Sleep(double seconds) {
 }
 
 Status Client::Impl::ConnectionDropped(bool* dropped) {
-  *dropped = false;
+  *dropped = connection->channel_lost();  // the server closed the data channel, or died
   MonitorEvent event;
   while (connection->NextEvent(&event)) {
     switch (event.event) {
@@ -456,7 +472,8 @@ Value Client::Impl::Hello() {
   hello.Set("render_mode", render_mode ? Value::String(*render_mode) : Value());
   hello.Set("allow_pickle", Value::Bool(false));
   hello.Set("launch", Value());
-  hello.Set("data_channel", Value());  // this client has no same-host data plane (PROTOCOL.md §13)
+  const std::string token = connection->channel_token();  // PROTOCOL.md §13.2
+  hello.Set("data_channel", token.empty() ? Value() : Value::Dict({{"token", Value::String(token)}}));
   hello.Set("dtypes", std::move(dtypes));  // the dtypes it accepts in a STEP's array frames
   return hello;
 }
@@ -612,6 +629,9 @@ Status Client::Impl::ReadWelcome(const Message& received) {
   const Value* limit = welcome.Find("max_message_bytes");
   max_message_bytes.reset();
   if (limit != nullptr && limit->kind() == Value::Kind::kInt) max_message_bytes = limit->as_int();
+  const Value* channel = welcome.Find("data_channel");
+  connection->TakeChannel(channel != nullptr && channel->kind() == Value::Kind::kBool && channel->as_bool(),
+                          max_message_bytes ? static_cast<std::uint64_t>(*max_message_bytes) : kUnlimitedFrameBytes);
   const Value* pickle = welcome.Find("allow_pickle");
   if (pickle != nullptr && pickle->kind() == Value::Kind::kBool && pickle->as_bool()) {
     Log(LogLevel::kWarning, Prefix() + "the server turned the trusted (pickle) mode on, which this client does not "
@@ -649,14 +669,20 @@ Status Client::Impl::Serve(bool* closed) {
       return Status::Error(StatusCode::kStopped, Prefix() + "stopped");
     }
     bool ready = false, event = false, got = false, too_many = false;
-    GYM_REMOTE_RETURN_IF_ERROR(connection->Poll(kIdlePollMs, &ready, &event));
+    const Clock::time_point since = Clock::now();
+    if (options.spin > 0 && typical_wait < options.spin) ready = connection->SpinForMessage(options.spin);
+    if (!ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Poll(kIdlePollMs, &ready, &event));
     Message message;
     if (ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Receive(&message.frames, &got, &too_many));
+    if (got && connection->carrying()) {  // slow commands turn the spin off until they come fast again
+      const double waited = std::chrono::duration<double>(Clock::now() - since).count();
+      typical_wait += 0.25 * (std::min(waited, 1.0) - typical_wait);
+    }
     if (!got) {
       bool dropped = false;
       GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&dropped));
       if (dropped) {
-        lost_reason = ": the connection dropped";
+        lost_reason = connection->channel_lost() ? ": its data channel closed" : ": the connection dropped";
         return Status::Ok();
       }
       continue;

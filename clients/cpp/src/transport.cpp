@@ -4,6 +4,10 @@
 #include <chrono>
 #include <cstring>
 
+#include <poll.h>
+#include <sched.h>
+
+#include "gym_remote/log.hpp"
 #include "gym_remote/protocol.hpp"
 
 namespace gym_remote {
@@ -60,10 +64,21 @@ Status Connection::Open(const ConnectionOptions& options) {
     }
     socket_ = std::move(socket);
     monitor_ = std::move(monitor);
+    liveness_ms_ = liveness_ms;
   } catch (const zmq::error_t& error) {
     return ZmqError("cannot open a ZeroMQ socket", error);
   }
+  if (options.data_plane) {
+    Status status = DataChannel::Connect(options.endpoint, options.liveness_timeout, &channel_);
+    if (!status.ok()) Log(LogLevel::kDebug, "no data channel for " + options.endpoint + ": " + status.message());
+  }
   return Status::Ok();
+}
+
+void Connection::TakeChannel(bool taken, std::uint64_t max_frame_bytes) {
+  max_frame_bytes_ = max_frame_bytes;
+  carrying_ = taken && channel_ != nullptr;
+  if (!carrying_) channel_.reset();
 }
 
 void Connection::Close(int linger_ms) {
@@ -78,20 +93,43 @@ void Connection::Close(int linger_ms) {
   }
   monitor_.reset();
   socket_.reset();
+  channel_.reset();
+  carrying_ = false;
+  channel_lost_ = false;
+}
+
+bool Connection::SpinForMessage(double seconds) {
+  if (!carrying_ || channel_lost_) return false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                             std::chrono::duration<double>(seconds));
+  pollfd item{channel_->fd(), POLLIN, 0};
+  while (!channel_->buffered()) {
+    if (poll(&item, 1, 0) > 0) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    sched_yield();
+  }
+  return true;
 }
 
 Status Connection::Poll(int timeout_ms, bool* message, bool* event) {
   *message = false;
   *event = false;
   if (!socket_) return Status::Error(StatusCode::kInternal, "the socket is closed");
-  zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0}, {monitor_->handle(), 0, ZMQ_POLLIN, 0}};
+  const bool on_channel = carrying_ && !channel_lost_;
+  if (on_channel && channel_->buffered()) {  // read already, so the descriptor may not be readable
+    *message = true;
+    return Status::Ok();
+  }
+  zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0},
+                             {monitor_->handle(), 0, ZMQ_POLLIN, 0},
+                             {nullptr, on_channel ? channel_->fd() : -1, ZMQ_POLLIN, 0}};
   try {
-    zmq::poll(items, 2, std::chrono::milliseconds(timeout_ms));
+    zmq::poll(items, on_channel ? 3 : 2, std::chrono::milliseconds(timeout_ms));
   } catch (const zmq::error_t& error) {
     if (error.num() == EINTR) return Status::Ok();  // a signal: the caller checks whether to stop
     return ZmqError("zmq_poll failed", error);
   }
-  *message = (items[0].revents & ZMQ_POLLIN) != 0;
+  *message = (items[0].revents & ZMQ_POLLIN) != 0 || (on_channel && (items[2].revents & (ZMQ_POLLIN | ZMQ_POLLERR)));
   *event = (items[1].revents & ZMQ_POLLIN) != 0;
   return Status::Ok();
 }
@@ -101,6 +139,15 @@ Status Connection::Receive(std::vector<std::string>* frames, bool* got, bool* to
   *got = false;
   *too_many = false;
   if (!socket_) return Status::Error(StatusCode::kInternal, "the socket is closed");
+  if (carrying_ && !channel_lost_) {
+    Status status = channel_->Read(frames, got, max_frame_bytes_, liveness_ms_);
+    if (!status.ok()) {
+      Log(LogLevel::kWarning, status.message());
+      channel_lost_ = true;  // the membership is over; the caller sees the connection dropped
+      return Status::Ok();
+    }
+    if (*got) return Status::Ok();
+  }
   try {
     zmq::message_t part;
     if (!socket_->recv(part, zmq::recv_flags::dontwait)) return Status::Ok();
@@ -123,6 +170,15 @@ Status Connection::Receive(std::vector<std::string>* frames, bool* got, bool* to
 
 Status Connection::Send(const std::vector<std::string>& frames, bool dont_wait) {
   if (!socket_) return Status::Error(StatusCode::kInternal, "the socket is closed");
+  if (carrying_) {
+    if (channel_lost_) return Status::Error(StatusCode::kTimeout, "the data channel closed");
+    Status status = channel_->Send(frames, dont_wait ? 0 : liveness_ms_);
+    if (status.code() == StatusCode::kLost) {
+      channel_lost_ = true;
+      return Status::Error(StatusCode::kTimeout, status.message());
+    }
+    return status;
+  }
   try {
     for (std::size_t i = 0; i < frames.size(); ++i) {
       zmq::send_flags flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;

@@ -16,35 +16,12 @@
 #include "gym_remote/spaces.hpp"
 #include "hosted_envs.hpp"
 #include "probe_env.hpp"
+#include "check.hpp"
 #include "text.hpp"
 
 using namespace gym_remote;
 
 namespace {
-
-int g_failures = 0;
-int g_checks = 0;
-
-#define CHECK(condition)                                                         \
-  do {                                                                           \
-    ++g_checks;                                                                  \
-    if (!(condition)) {                                                          \
-      ++g_failures;                                                              \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #condition); \
-    }                                                                            \
-  } while (false)
-
-#define CHECK_EQ(actual, expected)                                                                  \
-  do {                                                                                              \
-    ++g_checks;                                                                                     \
-    const auto& _a = (actual);                                                                      \
-    const auto& _e = (expected);                                                                    \
-    if (!(_a == _e)) {                                                                              \
-      ++g_failures;                                                                                 \
-      std::fprintf(stderr, "%s:%d: CHECK_EQ failed: %s\n  actual:   %s\n  expected: %s\n", __FILE__, \
-                   __LINE__, #actual, Show(_a).c_str(), Show(_e).c_str());                          \
-    }                                                                                               \
-  } while (false)
 
 std::string Show(const std::string& text) { return text; }
 std::string Show(const Value& value) { return value.Repr(); }
@@ -86,9 +63,9 @@ void CheckEncodes(const Value& value, const std::string& body, const std::vector
 void CheckRejected(const std::string& body, const std::vector<std::string>& buffers, const std::string& part) {
   Value decoded;
   Status status = Decode(body, buffers, &decoded);
-  ++g_checks;
+  ++check::checks;
   if (status.ok() || status.message().find(part) == std::string::npos) {
-    ++g_failures;
+    ++check::failures;
     std::fprintf(stderr, "expected %s to be rejected with '%s', got: %s\n", body.substr(0, 80).c_str(), part.c_str(),
                  status.ok() ? "accepted" : status.message().c_str());
   }
@@ -475,6 +452,5 @@ int main() {
   TestSecretKeys();
   TestProbe();
   TestHostedEnvs();
-  std::printf("%d checks, %d failures\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return check::CheckSummary();
 }

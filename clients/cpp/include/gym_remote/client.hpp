@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct ClientOptions {
   bool reconnect = true;            // rejoin a server that went away (true), or fail (false)
   double reconnect_timeout = 300.0; // try to rejoin for this long
   double liveness_timeout = 10.0;   // silence on the connection after which the server counts as gone
+  // The same-host data plane (PROTOCOL.md §13): a server on this host carries the steps over a Unix
+  // socket. Unset: on unless the environment variable GYM_REMOTE_DATA_PLANE is 0, off, false or no.
+  std::optional<bool> data_plane;
+  // Over the data plane, seconds to busy-check for the next command after answering one, while
+  // commands have lately come within that time (0: never). It saves a wake-up per step but takes a
+  // core; the Python client's local processes spin 100e-6 s when their learner spins.
+  double spin = 0.0;
   // CURVE (PROTOCOL.md §12), as Z85 text: all empty (a plain connection), or all set.
   std::string server_public_key;
   KeyPair client_keys;
