@@ -116,10 +116,10 @@ def compare(
     measure = lock_step_rate(steps, max(20, steps // 10))
     makers = {**vector_envs(make_env, num_envs), **(references or {})}
     cases = {label: (make, measure) for label, make in makers.items()}
-    if message_bytes is not None:
-        address = f"ipc://{tempfile.mkdtemp(prefix='gym-remote-echo-')}/echo"
-        cases[ECHO] = echo_case(1, num_envs, message_bytes, steps, address, default_spin(1))
-    case.medians = interleaved_medians(cases, repeats, runs=case.runs)
+    with tempfile.TemporaryDirectory(prefix="gym-remote-echo-") as workdir:
+        if message_bytes is not None:
+            cases[ECHO] = echo_case(1, num_envs, message_bytes, steps, f"ipc://{workdir}/echo", default_spin(1))
+        case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     return case
 
 
@@ -195,7 +195,8 @@ def transport_floor(steps: int, repeats: int) -> Case:
         "floor", "Transport floor: zero-cost env (8 envs) against raw echoes of its messages", "env-steps/s", ""
     )
     measure = lock_step_rate(steps, max(20, steps // 10))
-    workdir = tempfile.mkdtemp(prefix="gym-remote-echo-")
+    scratch = tempfile.TemporaryDirectory(prefix="gym-remote-echo-")  # the echoes' ipc sockets
+    workdir = scratch.name
     raw = {"raw uds": raw_transports.uds_steps_per_second, "raw shm": raw_transports.shm_steps_per_second}
     # each ZeroMQ layout next to its raw pyzmq echo; the data plane (uds) between the raw floors below ZeroMQ
     order = ["ipc", "tcp"] + (
@@ -228,7 +229,10 @@ def transport_floor(steps: int, repeats: int) -> Case:
     null = bench_envs.NullEnv()
     for label, make in cpp_rows("null", (null.observation_space, null.action_space), 8).items():
         cases[label] = (make, measure)
-    case.medians = interleaved_medians(cases, repeats, runs=case.runs)
+    try:
+        case.medians = interleaved_medians(cases, repeats, runs=case.runs)
+    finally:
+        scratch.cleanup()
     case.baseline = next(iter(case.medians))
     return case
 

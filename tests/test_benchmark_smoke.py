@@ -7,6 +7,7 @@ promises: RemoteVectorEnv steps CartPole at least as fast as AsyncVectorEnv, mea
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,8 @@ def test_remote_cartpole_is_not_slower_than_async_vector_env():
 
 @pytest.mark.timeout(300)
 def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
+    scratch = tmp_path / "tmp"  # the suite's temporary files and sockets: none may be left behind
+    scratch.mkdir()
     result = subprocess.run(
         [
             sys.executable,
@@ -49,8 +52,10 @@ def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
         capture_output=True,
         text=True,
         timeout=200,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    assert not list(scratch.iterdir()), f"the suite left {sorted(path.name for path in scratch.iterdir())}"
     [report] = [json.loads(path.read_text()) for path in tmp_path.glob("suite-*.json")]
     assert [case["name"] for case in report["cases"]] == ["floor", "training", "partial"]
     linux = sys.platform.startswith("linux")  # the raw floors below ZeroMQ

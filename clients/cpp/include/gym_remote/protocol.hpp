@@ -10,6 +10,11 @@
 #include "gym_remote/dtype.hpp"
 #include "gym_remote/status.hpp"
 
+// Frames, array data and data channel records are read and written in the host's byte order.
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the gym_remote C++ client supports little-endian hosts only (x86-64, aarch64)"
+#endif
+
 namespace gym_remote {
 
 constexpr std::uint8_t kProtocolVersion = 2;
