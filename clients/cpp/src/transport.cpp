@@ -99,12 +99,12 @@ void Connection::Close(int linger_ms) {
 }
 
 bool Connection::SpinForMessage(double seconds) {
-  if (!carrying_ || channel_lost_) return false;
+  if (!on_channel()) return false;
+  if (channel_->buffered()) return true;
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                              std::chrono::duration<double>(seconds));
   pollfd item{channel_->fd(), POLLIN, 0};
-  while (!channel_->buffered()) {
-    if (poll(&item, 1, 0) > 0) return true;
+  while (poll(&item, 1, 0) <= 0) {
     if (std::chrono::steady_clock::now() >= until) return false;
     sched_yield();
   }
@@ -115,21 +115,21 @@ Status Connection::Poll(int timeout_ms, bool* message, bool* event) {
   *message = false;
   *event = false;
   if (!socket_) return Status::Error(StatusCode::kInternal, "the socket is closed");
-  const bool on_channel = carrying_ && !channel_lost_;
-  if (on_channel && channel_->buffered()) {  // read already, so the descriptor may not be readable
+  const bool channel = on_channel();
+  if (channel && channel_->buffered()) {  // read already, so the descriptor may not be readable
     *message = true;
     return Status::Ok();
   }
   zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0},
                              {monitor_->handle(), 0, ZMQ_POLLIN, 0},
-                             {nullptr, on_channel ? channel_->fd() : -1, ZMQ_POLLIN, 0}};
+                             {nullptr, channel ? channel_->fd() : -1, ZMQ_POLLIN, 0}};
   try {
-    zmq::poll(items, on_channel ? 3 : 2, std::chrono::milliseconds(timeout_ms));
+    zmq::poll(items, channel ? 3 : 2, std::chrono::milliseconds(timeout_ms));
   } catch (const zmq::error_t& error) {
     if (error.num() == EINTR) return Status::Ok();  // a signal: the caller checks whether to stop
     return ZmqError("zmq_poll failed", error);
   }
-  *message = (items[0].revents & ZMQ_POLLIN) != 0 || (on_channel && (items[2].revents & (ZMQ_POLLIN | ZMQ_POLLERR)));
+  *message = (items[0].revents & ZMQ_POLLIN) != 0 || (channel && (items[2].revents & (ZMQ_POLLIN | ZMQ_POLLERR)));
   *event = (items[1].revents & ZMQ_POLLIN) != 0;
   return Status::Ok();
 }
@@ -139,7 +139,7 @@ Status Connection::Receive(std::vector<std::string>* frames, bool* got, bool* to
   *got = false;
   *too_many = false;
   if (!socket_) return Status::Error(StatusCode::kInternal, "the socket is closed");
-  if (carrying_ && !channel_lost_) {
+  if (on_channel()) {
     Status status = channel_->Read(frames, got, max_frame_bytes_, liveness_ms_);
     if (!status.ok()) {
       Log(LogLevel::kWarning, status.message());

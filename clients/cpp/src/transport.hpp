@@ -72,6 +72,9 @@ class Connection {
   zmq::context_t* context_;
   std::unique_ptr<zmq::socket_t> socket_;
   std::unique_ptr<zmq::socket_t> monitor_;
+  // Whether the membership's messages travel on the channel now (taken by the WELCOME, still open).
+  bool on_channel() const { return carrying_ && !channel_lost_; }
+
   std::unique_ptr<DataChannel> channel_;
   bool carrying_ = false;
   bool channel_lost_ = false;
