@@ -35,7 +35,8 @@ from common import interleaved_medians, lock_step_rate
 from echo import echo_steps_per_second
 from pipe_workers import PipeWorkers
 
-from gym_remote import RemoteVectorEnv, channel
+from gym_remote import RemoteVectorEnv
+from gym_remote.links import channel
 from gym_remote.server import default_spin
 
 for module in (bench_envs, partial_case):  # local client processes cannot import this folder: send the code

@@ -41,16 +41,18 @@ class ResultBatch:
         self.truncations = np.zeros(num_envs, dtype=np.bool_)
         self.slot_infos: dict[int, dict] = {}
         self.slot_finals: dict[int, tuple[Any, dict]] = {}
+        self._loss_finals: dict[int, tuple[Any, dict]] = {}  # SAME_STEP: the final of an episode a loss ended
 
     def clear_infos(self) -> None:
         self.slot_infos.clear()
         self.slot_finals.clear()
 
-    def landing(self, plan_of: PlanOf | None = None, arrivals: list[int] | None = None) -> Landing:
+    def landing(self, plan_of: PlanOf | None = None, arrivals: list[tuple[int, int]] | None = None) -> Landing:
         """A sink (:class:`~gym_remote.server.Sink`) that lands RESULTs in this batch.
 
         ``plan_of(client)``: the slots a command was for, when not all of each client's;
-        ``arrivals``: a list the slots of each landed RESULT are appended to, in arrival order.
+        ``arrivals``: a list ``(slot, seq)`` is appended to for each slot of each landed RESULT, in arrival
+        order (``seq``: the command's sequence number the RESULT answers).
         """
         return Landing(self, plan_of, arrivals)
 
@@ -78,6 +80,8 @@ class ResultBatch:
                 if not isinstance(final, tuple) or len(final) != 2 or not isinstance(final[1], dict):
                     raise ProtocolError(f"final of env {index} must be a (final_obs, final_info) pair")
                 self.slot_finals[slot] = final
+            else:
+                self.slot_finals.pop(slot, None)
 
     def gather(self) -> None:
         """Batch the observations that travel as values (array observations are in place already)."""
@@ -87,8 +91,8 @@ class ResultBatch:
     def infos(self, batch: Sequence[int] | None = None) -> dict[str, Any]:
         """The infos batched with Gymnasium's ``_add_info``, as ``SyncVectorEnv`` batches them.
 
-        Of every slot, by slot; or of the slots ``batch`` (a partial batch, in its order), whose
-        infos are then consumed. For each slot first its final observation and info, then its info.
+        Of every slot, by slot; or of the slots ``batch`` (a partial batch, in its order). For each slot
+        first its final observation and info, then its info.
         With ``legacy_infos``, as Gymnasium 0.29 laid them out instead: each slot's info with
         ``final_observation`` and ``final_info`` added, batched by :func:`_add_legacy_info`.
         """
@@ -101,7 +105,7 @@ class ResultBatch:
             final_of, info_of = self.slot_finals.get, self.slot_infos.get
         else:
             order, batcher = list(enumerate(batch)), _InfoBatcher(len(batch))
-            final_of, info_of = self.slot_finals.pop, self.slot_infos.pop
+            final_of, info_of = self.slot_finals.get, self.slot_infos.get
         for position, slot in order:
             final = final_of(slot, None)
             if self.legacy_infos:
@@ -116,22 +120,25 @@ class ResultBatch:
         return infos
 
     def prepare_loss_reports(self, slots: list[int], same_step: bool) -> None:
-        """Forget what ``slots`` (whose client was lost) held; in SAME_STEP mode their last observation
-        becomes ``final_obs`` of the episode the loss ends, for the reset of a replacement to follow."""
+        """Forget what ``slots`` (whose client was lost) held; in SAME_STEP mode their last observation is
+        kept, to become ``final_obs`` of the episode the loss ends once a replacement has reset."""
         for slot in slots:
             self.slot_infos.pop(slot, None)
             self.slot_finals.pop(slot, None)
             if same_step:
-                self.slot_finals[slot] = (self.last_observation(slot), {"client_lost": True})
+                self._loss_finals[slot] = (self.last_observation(slot), {"client_lost": True})
 
     def write_loss_reports(self, slots: list[int]) -> None:
         """The results of ``slots`` report their lost client: reward 0, truncated, ``client_lost`` added
-        to their infos (a replacement's reset info, in SAME_STEP mode)."""
+        to their infos (a replacement's reset info, in SAME_STEP mode, with the lost episode's final)."""
         self.rewards[slots] = 0.0
         self.terminations[slots] = False
         self.truncations[slots] = True
         for slot in slots:
             self.slot_infos[slot] = {**self.slot_infos.get(slot, {}), "client_lost": True}
+            final = self._loss_finals.pop(slot, None)
+            if final is not None:
+                self.slot_finals[slot] = final
 
     def last_observation(self, slot: int) -> Any:
         """A copy of the last observation the batch holds for ``slot``."""
@@ -160,8 +167,15 @@ class ResultBatch:
             return self.observations
         return self.observations.copy() if type(self.observations) is np.ndarray else deepcopy(self.observations)
 
+    def forget_infos(self, slots: list[int]) -> None:
+        """The infos (and finals) of ``slots`` were returned: they are not returned again."""
+        for slot in slots:
+            self.slot_infos.pop(slot, None)
+            self.slot_finals.pop(slot, None)
+
     def take(self, slots: list[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """What ``recv`` returns: the rows of ``slots`` in this order, their infos, and ``infos["env_id"]``."""
+        """What ``recv`` returns: the rows of ``slots`` in this order, their infos, and ``infos["env_id"]``
+        (nothing is consumed: see :meth:`forget_infos`)."""
         ids = np.asarray(slots, dtype=np.int32)
         if self.is_array:
             observations = codec.leaves_to_batch(self.space, [leaf[ids] for leaf in self.leaves])
@@ -181,7 +195,7 @@ class Landing:
     when the RESULT lands.
     """
 
-    def __init__(self, batch: ResultBatch, plan_of: PlanOf | None, arrivals: list[int] | None) -> None:
+    def __init__(self, batch: ResultBatch, plan_of: PlanOf | None, arrivals: list[tuple[int, int]] | None) -> None:
         self.batch = batch
         self.plan_of = plan_of
         self.arrivals = arrivals
@@ -212,9 +226,10 @@ class Landing:
             batch._read_value(slots, value)
         elif not batch.is_array:
             raise ProtocolError("RESULT lacks the value section that carries its observations")
-        elif batch.slot_infos:  # a RESULT without infos replaces what the slots had
+        elif batch.slot_infos or batch.slot_finals:  # a RESULT without infos replaces what the slots had
             for slot in slots:
                 batch.slot_infos.pop(slot, None)
+                batch.slot_finals.pop(slot, None)
         batch.rewards[rows] = rewards
         batch.terminations[rows] = terminations
         batch.truncations[rows] = truncations
@@ -222,7 +237,7 @@ class Landing:
             for leaf, target in zip(batch.leaves, self._scratch, strict=True):
                 leaf[rows] = target
         if self.arrivals is not None:
-            self.arrivals.extend(slots)
+            self.arrivals.extend((slot, header.seq) for slot in slots)
 
 
 class _InfoBatcher:

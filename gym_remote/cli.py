@@ -42,6 +42,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 1
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``gym-remote`` command line: its global options and a subparser for each subcommand."""
     parser = argparse.ArgumentParser(
         prog="gym-remote",
         description="Gymnasium vector envs whose environments run in ZeroMQ clients, local or remote.",
@@ -55,7 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="log verbosity (default: %(default)s)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (_add_client, _add_demo, _add_serve, _add_bench, _add_keygen, _add_conformance):
+        add_command(commands)
+    return parser
 
+
+def _add_client(commands: argparse._SubParsersAction) -> None:
     client = commands.add_parser(
         "client",
         help="serve envs to a RemoteVectorEnv until it closes",
@@ -126,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_secret_file_argument(security)
     client.set_defaults(handler=_run_client)
 
+
+def _add_demo(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser(
         "demo",
         help="a rollout through local client processes, with statistics",
@@ -138,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--bind", help="endpoint for the local clients (default: a private ipc:// path)")
     demo.set_defaults(handler=_run_demo)
 
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser(
         "serve",
         help="a rollout on a server that remote clients join",
@@ -176,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(handler=_run_serve)
 
+
+def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser(
         "bench",
         help="steps per second of an env in Sync-, Async- and RemoteVectorEnv, side by side",
@@ -201,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     bench.set_defaults(handler=_run_bench)
 
+
+def _add_keygen(commands: argparse._SubParsersAction) -> None:
     keygen = commands.add_parser(
         "keygen",
         help="write a CURVE key pair for a server or a client",
@@ -213,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("--dir", default=".", help="directory to write into (default: the current one)")
     keygen.set_defaults(handler=_run_keygen)
 
+
+def _add_conformance(commands: argparse._SubParsersAction) -> None:
     conformance = commands.add_parser(
         "conformance",
         help="check a client, in any language, against the protocol",
@@ -242,7 +258,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-envs {num_envs} --liveness-timeout {liveness_timeout} {security}",
     )
     conformance.set_defaults(handler=_run_conformance)
-    return parser
 
 
 def _add_secret_file_argument(group: argparse._ArgumentGroup) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import random
-import socket
 import threading
 import time
 import traceback
@@ -28,14 +28,20 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import zmq
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
-from zmq.utils.monitor import recv_monitor_message
 
-from gym_remote import channel, codec, protocol, transport
-from gym_remote.channel import Channel, ChannelClosed, Record
+from gym_remote import codec, protocol
 from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
+from gym_remote.links import LinkBroken, Message
+from gym_remote.links.channel import wanted as data_plane_wanted
+from gym_remote.links.connection import (
+    PROTOCOL_ERROR_MECHANISM_MISMATCH,
+    ConnectionEvent,
+    ServerConnection,
+    new_context,
+    terminate,
+)
 from gym_remote.protocol import FLAG_VALUE, HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY, Kind, format_slots, kind_name
 from gym_remote.security import KeySource, check_endpoint, client_security, is_local_endpoint
 
@@ -43,7 +49,6 @@ __all__ = ["EnvClient", "HostedEnvs", "EnvFailure"]
 
 logger = logging.getLogger(__name__)
 
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
 IDLE_POLL_SECONDS = 0.2
@@ -55,19 +60,6 @@ DEFAULT_SPIN_SECONDS = 100e-6
 
 HANDSHAKE_FAILURES = 3
 """Security handshakes the server cuts off in a row (the sign of a wrong server key) before giving up."""
-
-SEND_HWM = 16
-"""Messages a client queues for the server at most. It answers one command at a time, so a full queue
-means that the server stopped taking messages; sends then wait (up to ``liveness_timeout``) rather than
-pile up megabytes for a server that may be gone."""
-
-_MONITORED = (
-    zmq.EVENT_DISCONNECTED
-    | zmq.EVENT_HANDSHAKE_SUCCEEDED
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-)
 
 
 class EnvFailure(Exception):
@@ -86,8 +78,8 @@ class EnvFailure(Exception):
         return f"env {self.index}: {type(self.error).__name__}: {self.error}"
 
 
-class _SendTimeout(Exception):
-    """A message the server did not take within the send timeout: it stopped reading or is gone."""
+class _ServerGone(Exception):
+    """The link to the server broke, or the server stopped taking this client's messages: the session is over."""
 
 
 class HostedEnvs:
@@ -385,7 +377,7 @@ class EnvClient:
         check_endpoint(address, "address")
         self.address = address
         self.env_fns = list(env_fns)
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.name = name or f"{platform.node()}:{os.getpid()}"
         self.connect_timeout = connect_timeout
         self.wait_for_slot = wait_for_slot
         self.slot_timeout = slot_timeout
@@ -414,15 +406,14 @@ class EnvClient:
         self._denied_for_now = False  # the server's last answer to a handshake was "not now"
         self._join_timeout: float | None = connect_timeout
         self._lost_reason = ""  # why _serve counted the server as gone, for ClientLostError (": ..." or "")
-        self.data_plane = channel.wanted(data_plane)
-        self._channel: Channel | None = None  # this session's data channel, once the server took it
-        self._channel_token = b""
+        self.data_plane = data_plane_wanted(data_plane)
+        self._connection: ServerConnection | None = None  # this session's links to the server
+        self._connected = False  # this session's ZeroMQ handshake succeeded
+        self._told_no_data_channel = False
         if not spin >= 0:
             raise ValueError(f"spin must be a duration in seconds >= 0, got {spin!r}")
         self.spin = float(spin)
         self._typical_wait = 0.0  # a moving average of how long commands took to come (see _next_command)
-        self._commands = 0
-        self._message: zmq.Socket | Record | None = None  # where the rest of the command being handled is read
 
     def stop(self) -> None:
         """Ask :meth:`run` (in another thread) to leave the server (BYE) and return.
@@ -443,10 +434,10 @@ class EnvClient:
                 server, within ``reconnect_timeout``), or no slot freed up within ``slot_timeout``.
             ClientLostError: the server went away and ``reconnect`` is off.
         """
-        self._context = zmq.Context()
+        self._context = new_context()
         hosted: HostedEnvs | None = None
         try:
-            self._open_socket()
+            self._connect()
             hosted = self._make_envs()
             join_timeout = self.connect_timeout
             while True:
@@ -458,15 +449,15 @@ class EnvClient:
                 self.rejoins += 1
                 join_timeout = self.reconnect_timeout
                 logger.warning("client %s: lost the server at %s; rejoining", self.name, self.address)
-                self._open_socket(linger=0)
+                self._connect(linger=0)
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: leave cleanly, so the slots free up
             self._say_bye()
             raise
         finally:
             if hosted is not None:
                 hosted.close()
-            self._close_socket(linger=1000)
-            transport.terminate(self._context)
+            self._disconnect(linger=1000)
+            terminate(self._context)
 
     def _make_envs(self) -> HostedEnvs:
         """Call the env functions; one that raises is reported to the server (ERROR, seq 0), then re-raised."""
@@ -479,66 +470,41 @@ class EnvClient:
             index = len(envs) if len(envs) < len(self.env_fns) else None
             try:
                 self._send_error(0, error, index)
-            except _SendTimeout as timeout:  # the env function's error is the one to raise
-                logger.warning("client %s: %s", self.name, timeout)
+            except _ServerGone as gone:  # the env function's error is the one to raise
+                logger.warning("client %s: %s", self.name, gone)
             for env in envs:
                 env.close()
             raise
 
     # -- connection --------------------------------------------------------------------------------
 
-    def _open_socket(self, linger: int = 1000) -> None:
-        """A new DEALER (and its monitor) for a new session; the old one, if any, is closed."""
+    def _connect(self, linger: int = 1000) -> None:
+        """New links to the server for a new session; the old ones, if any, are closed."""
         if self.session:
-            self._close_socket(linger)
+            self._disconnect(linger)
         self.previous_session = self._welcomed_session  # a membership the server may still hold
         self.session = uuid.uuid4().hex
-        sock = self._context.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 1000)
-        sock.setsockopt(zmq.ROUTING_ID, self.session.encode())
-        sock.setsockopt(zmq.RCVTIMEO, int(IDLE_POLL_SECONDS * 1000))
-        sock.setsockopt(zmq.SNDTIMEO, max(1, int(self.liveness_timeout * 1000)))  # see _send
-        sock.setsockopt(zmq.SNDHWM, SEND_HWM)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)  # reconnection attempts back off up to 5 s apart
-        transport.set_heartbeats(sock, self.liveness_timeout)
-        if self._security is not None:
-            self._security.apply(sock)
-        self._monitor = sock.get_monitor_socket(_MONITORED)
+        self._connected = False
         try:
-            sock.connect(self.address)
-        except zmq.ZMQError as error:  # not an address ZeroMQ can connect to; nothing may stay open
-            sock.disable_monitor()
-            self._monitor.close(linger=0)
-            sock.close(linger=0)
-            raise ValueError(
-                f"client {self.name}: cannot connect to {self.address!r}: {zmq.strerror(error.errno)}"
-            ) from None
-        self._socket = sock
+            self._connection = ServerConnection(
+                self._context,
+                self.address,
+                self.session,
+                liveness_timeout=self.liveness_timeout,
+                security=self._security,
+            )
+        except ValueError as error:  # not an address ZeroMQ can connect to
+            raise ValueError(f"client {self.name}: {error}") from None
 
     def _say_bye(self) -> None:
-        sock = getattr(self, "_socket", None)
-        if self._channel is not None:
-            try:
-                self._channel.send(protocol.message(Kind.BYE), 0.5)
-                logger.info("client %s: leaving", self.name)
-            except (ChannelClosed, TimeoutError):
-                pass
-        elif sock is not None:
-            try:
-                sock.send_multipart(protocol.message(Kind.BYE), zmq.NOBLOCK)
-                logger.info("client %s: leaving", self.name)
-            except zmq.ZMQError:
-                pass
+        connection = self._connection
+        if connection is not None and connection.send_last(protocol.message(Kind.BYE), 0.5):
+            logger.info("client %s: leaving", self.name)
 
-    def _close_socket(self, linger: int) -> None:
-        self._close_channel()
-        sock = getattr(self, "_socket", None)
-        if sock is None:
-            return
-        sock.disable_monitor()
-        self._monitor.close(linger=0)
-        sock.close(linger=linger)
-        self._socket = None
+    def _disconnect(self, linger: int) -> None:
+        if self._connection is not None:
+            self._connection.close(linger)
+            self._connection = None
 
     def _connection_dropped(self) -> bool:
         """Whether the connection to the server dropped since the last call (libzmq then reconnects).
@@ -547,18 +513,14 @@ class EnvClient:
             JoinRefusedError: the server turned down this client's security handshake for good.
         """
         dropped = False
-        while True:
-            try:
-                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return dropped
-            kind, value = event["event"], event["value"]
-            if kind == zmq.EVENT_DISCONNECTED:
+        for event, value in self._connection.events():
+            if event is ConnectionEvent.DROPPED:
                 dropped = True
-            elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            elif event is ConnectionEvent.HANDSHAKE_SUCCEEDED:
+                self._connected = True
                 self._cut_handshakes = 0
                 self._denied_for_now = False
-            elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            elif event is ConnectionEvent.HANDSHAKE_CUT:
                 self._cut_handshakes += 1
                 if self._cut_handshakes >= HANDSHAKE_FAILURES:
                     hint = (
@@ -571,13 +533,13 @@ class EnvClient:
                         f"{self._cut_handshakes} times in a row: {hint}",
                         code="handshake",
                     )
-            elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            elif event is ConnectionEvent.HANDSHAKE_PROTOCOL:
                 raise JoinRefusedError(self._mismatch_message(value), code="handshake")
-            elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                if int(value) not in (300, 500):  # temporary (too many connections, too fast): try again later
+            elif event is ConnectionEvent.HANDSHAKE_AUTH:
+                if value not in (300, 500):  # temporary (too many connections, too fast): try again later
                     raise JoinRefusedError(
                         f"client {self.name}: the server at {self.address} does not accept this client's key "
-                        f"(ZAP status {int(value)}): is its public key among the server's authorized_keys?",
+                        f"(ZAP status {value}): is its public key among the server's authorized_keys?",
                         code="unauthorized",
                     )
                 self._denied_for_now = True
@@ -591,9 +553,10 @@ class EnvClient:
                 )
                 self._stop.wait(delay)
                 dropped = True
+        return dropped
 
     def _mismatch_message(self, value: int) -> str:
-        if value != zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        if value != PROTOCOL_ERROR_MECHANISM_MISMATCH:
             return f"client {self.name}: the ZeroMQ handshake with {self.address} failed (protocol error {value:#x})"
         if self._security is not None:
             return (
@@ -617,10 +580,10 @@ class EnvClient:
         self._send_hello(hosted, deadline)
         in_line = False
         while True:
-            frames = self._recv_message()
-            if frames is None and self._connection_dropped():
-                # The server went away before it welcomed us (or while we waited in line): the socket
-                # reconnects on its own, but the HELLO went to the old server. Start over.
+            received = self._receive(IDLE_POLL_SECONDS)
+            if received is None and self._connection_dropped():
+                # The server went away before it welcomed us (or while we waited in line): the HELLO went
+                # to the old server. Start over with a new session, once a server is there again.
                 if not self._denied_for_now:
                     logger.warning(
                         "client %s: the connection dropped before a WELCOME (the server restarted, or the HELLO "
@@ -629,10 +592,10 @@ class EnvClient:
                     )
                 if deadline is not None and time.monotonic() > deadline and not in_line:
                     raise self._no_answer()
-                self._open_socket(linger=0)
+                self._connect(linger=0)
                 self._send_hello(hosted, deadline)
                 continue
-            if frames is None:
+            if received is None:
                 if self._stop.is_set():
                     raise RemoteTimeoutError(
                         f"client {self.name}: stopped before it joined the server at {self.address}"
@@ -645,15 +608,16 @@ class EnvClient:
                         )
                     raise self._no_answer()
                 continue
+            frame, message = received
             try:
-                header = protocol.parse_header(frames[0])
+                header = protocol.parse_header(frame)
             except ProtocolError as error:
                 logger.warning("client %s: ignoring a malformed message before WELCOME: %s", self.name, error)
                 continue
             if header.kind == Kind.WELCOME:
                 break
             if header.kind == Kind.REFUSE:
-                answer = protocol.read_value(frames[1:])
+                answer = protocol.read_value(message.rest())
                 if answer.get("waiting") is True and self.wait_for_slot:
                     if not in_line:
                         logger.info("client %s: %s", self.name, answer.get("reason"))
@@ -671,9 +635,8 @@ class EnvClient:
                 return False
             if header.kind != Kind.PING:
                 logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
-        welcome = protocol.read_value(frames[1:])
-        if welcome.get("data_channel") is not True:
-            self._close_channel()
+        welcome = protocol.read_value(message.rest())
+        self._take_data_channel(welcome.get("data_channel") is True)
         self._trusted = bool(welcome["allow_pickle"])
         self._max_message_bytes = welcome.get("max_message_bytes")
         self.slots = list(welcome["slots"])
@@ -692,31 +655,69 @@ class EnvClient:
             self.name,
             format_slots(self.slots),
             welcome["server"],
-            " over its same-host data channel" if self._channel is not None else "",
+            " over its same-host data channel" if self._connection.on_channel else "",
         )
         return True
 
+    def _receive(self, timeout: float) -> tuple[bytes, Message] | None:
+        """The next message before WELCOME (None if none came, or the link broke: then it counts as dropped)."""
+        try:
+            return self._connection.next_message(timeout)
+        except LinkBroken as error:
+            logger.info("client %s: %s", self.name, error)
+            self._connect(linger=0)
+            return None
+
     def _send_hello(self, hosted: HostedEnvs, deadline: float | None) -> None:
-        """Queue HELLO for the server; a socket whose connection was refused for good cannot queue it."""
-        self._open_channel()
-        while True:
-            try:
-                hello = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")
-                self._socket.send_multipart(hello, zmq.NOBLOCK)
-                break
-            except zmq.Again:
-                reopen = self._connection_dropped()  # turned down for now (a refusal for good raises)
-                if self._stop.is_set():
-                    raise RemoteTimeoutError(
-                        f"client {self.name}: stopped before it joined the server at {self.address}"
-                    ) from None
-                if deadline is not None and time.monotonic() > deadline:
-                    raise self._no_answer() from None
-                if reopen:
-                    self._open_socket(linger=0)  # libzmq gave up on the old socket's connection
-                else:
-                    time.sleep(0.05)
+        """Once a server answers the ZeroMQ handshake, open the data channel (if it is on this machine) and
+        send HELLO, offering the channel. Waiting for the handshake first lets a client started before its
+        server (or rejoining a restarted one) find the channel."""
         logger.info("client %s: connecting to %s with %d envs", self.name, self.address, hosted.count)
+        self._wait_for_handshake(deadline)
+        if self.data_plane:
+            reason, unexpected = self._connection.open_channel(self._max_message_bytes or (1 << 62))
+            if reason:
+                self._no_data_channel(f"no data channel for this address ({reason})", unexpected)
+        hello = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")
+        self._send(hello, "HELLO")
+
+    def _wait_for_handshake(self, deadline: float | None) -> None:
+        """Wait until the ZeroMQ handshake with a server succeeds; a connection refused for now is tried again.
+
+        Raises:
+            JoinRefusedError: the server turned the handshake down for good.
+            RemoteTimeoutError: no server answered before ``deadline`` (or the client was stopped).
+        """
+        while not self._connected:
+            if self._connection_dropped() and not self._connected:
+                self._connect(linger=0)  # libzmq gave up on the old socket's connection
+            if self._connected:
+                return
+            if self._stop.is_set():
+                raise RemoteTimeoutError(f"client {self.name}: stopped before it joined the server at {self.address}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise self._no_answer()
+            self._receive(0.05)  # wakes on the connection's events too
+
+    def _take_data_channel(self, taken: bool) -> None:
+        """Use the data channel if the WELCOME took it; else close it (saying why, once)."""
+        connection = self._connection
+        if taken and connection.channel is not None:
+            connection.use_channel()
+            return
+        if connection.channel is not None:
+            self._no_data_channel("the server did not take this client's data channel", unexpected=True)
+            connection.close_channel()
+
+    def _no_data_channel(self, reason: str, unexpected: bool) -> None:
+        """Say (once per run) why this client is served over ZeroMQ though it wanted a data channel: a warning
+        if something went wrong, else (no server offers one here) for information."""
+        if self._told_no_data_channel:
+            return
+        self._told_no_data_channel = True
+        logger.log(
+            logging.WARNING if unexpected else logging.INFO, "client %s: %s; serving over ZeroMQ", self.name, reason
+        )
 
     def _no_answer(self) -> RemoteTimeoutError:
         if self._denied_for_now:
@@ -735,10 +736,11 @@ class EnvClient:
         act_spaces, act_index = _distinct([env.action_space for env in hosted.envs])
         first = hosted.envs[0]
         metadata, metadata_pickle = _split_metadata(dict(first.metadata), trusted)
+        token = self._connection.token
         return {
             "protocol": protocol.PROTOCOL_VERSION,
             "name": self.name,
-            "host": socket.gethostname(),
+            "host": platform.node(),
             "pid": os.getpid(),
             "session": self.session,
             "previous_session": self.previous_session or None,
@@ -754,70 +756,50 @@ class EnvClient:
             "render_mode": first.render_mode if isinstance(first.render_mode, str) else None,
             "allow_pickle": trusted,
             "launch": self._launch,
-            "data_channel": {"token": self._channel_token.hex()} if self._channel is not None else None,
+            "data_channel": {"token": token.hex()} if token else None,
             "dtypes": None,  # every dtype numpy has
         }
-
-    def _open_channel(self) -> None:
-        """Connect and greet the server's data channel, if it has one on this machine (PROTOCOL.md §13)."""
-        self._close_channel()
-        if not self.data_plane:
-            return
-        token = channel.new_token()
-        try:
-            self._channel = channel.connect(
-                channel.address_for(self.address),
-                token,
-                timeout=1.0,
-                max_frame_bytes=self._max_message_bytes or (1 << 62),
-            )
-            self._channel_token = token
-        except OSError as error:  # not on the server's machine, or its server has no data plane
-            logger.debug("client %s: no data channel (%s); using ZeroMQ", self.name, error)
-
-    def _close_channel(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
 
     # -- serving ---------------------------------------------------------------------------------
 
     def _serve(self, hosted: HostedEnvs) -> bool:
         """Answer commands; True once the server closed (or this client was stopped), False if it was lost
-        (its connection dropped, or it stopped taking this client's messages)."""
+        (its connection dropped, its data channel closed, or it stopped taking this client's messages)."""
         try:
             return self._serve_commands(hosted)
-        except _SendTimeout as error:
+        except _ServerGone as error:
             logger.warning("client %s: %s; counting the server as gone", self.name, error)
             self._lost_reason = f": {error}"
             return False
 
     def _serve_commands(self, hosted: HostedEnvs) -> bool:
         while True:
-            try:
-                frame = self._next_command()
-            except ChannelClosed as error:
-                logger.warning("client %s: the data channel to the server closed (%s)", self.name, error)
-                self._lost_reason = f": its data channel closed ({error})"
-                return False
-            if frame is None:
+            received = self._next_command()
+            if received is None:
                 if self._stop.is_set() or not self._parent_alive():
                     logger.info("client %s: stopping", self.name)
                     self._send_last(protocol.message(Kind.BYE), "BYE")
                     return True
                 if self._connection_dropped():
                     return False
+                stalled = self._connection.stalled_for(time.monotonic())
+                if stalled >= self.liveness_timeout:
+                    raise _ServerGone(
+                        f"the server at {self.address} took nothing from this client for {stalled:.1f} s (it "
+                        "stopped reading, or is gone)"
+                    )
                 continue
+            frame, message = received
             header = None
             try:
                 header = protocol.parse_header(frame)
-                outcome = self._handle(hosted, header, frame)
+                outcome = self._handle(hosted, header, frame, message)
                 if outcome is not None:
                     return outcome
-            except _SendTimeout:
+            except _ServerGone:
                 raise
             except Exception as error:  # an env or the message failed: report it and keep serving
-                transport.drain(self._message)
+                message.skip_rest()
                 index = None
                 if isinstance(error, EnvFailure):  # report the env's own error, and which env raised it
                     index, error = error.index, error.error
@@ -825,57 +807,26 @@ class EnvClient:
                 expected = isinstance(error, AttributeError) and header is not None and header.kind == Kind.CALL
                 self._send_error(header.seq if header else 0, error, index, expected=expected)
 
-    def _next_command(self) -> bytes | None:
-        """The header frame of the next message (the rest is read from ``_message``); None after
-        ``IDLE_POLL_SECONDS`` without one.
-
-        Over a data channel, the ZeroMQ socket carries only the server's probes, read when they are there
-        (looked at when no command came within ``IDLE_POLL_SECONDS``, and every 64 commands).
+    def _next_command(self) -> tuple[bytes, Message] | None:
+        """The next message's header frame and the rest; None after ``IDLE_POLL_SECONDS`` without one.
 
         Raises:
-            ChannelClosed: the data channel closed: the server is gone (or ended this membership).
+            _ServerGone: a link to the server broke (its data channel closed: the server is gone, or ended
+                this membership).
         """
-        sock, data = self._socket, self._channel
-        if data is None:
-            self._message = sock
-            try:
-                return sock.recv()
-            except zmq.Again:
-                return None
-        self._commands += 1
-        if not self._commands & 63 and (frame := self._control_message(sock)) is not None:
-            return frame
+        connection = self._connection
+        spin = self.spin if connection.on_channel and self._typical_wait < self.spin else 0.0
         since = time.perf_counter()
-        record = self._spin_for_command(data, since + self.spin) if self._typical_wait < self.spin else None
-        if record is None:
-            record = data.read_until(time.monotonic() + IDLE_POLL_SECONDS)
-        if record is None:
-            return self._control_message(sock)
-        # slow commands (a slow learner, or one starved of CPU) turn the spin off until they come fast again
-        self._typical_wait += 0.25 * (min(time.perf_counter() - since, 1.0) - self._typical_wait)
-        self._message = record
-        return record.recv()
+        try:
+            received = connection.next_message(IDLE_POLL_SECONDS, spin)
+        except LinkBroken as error:
+            raise _ServerGone(str(error)) from None
+        if received is not None and connection.on_channel:
+            # slow commands (a slow learner, or one starved of CPU) turn the spin off until they come fast again
+            self._typical_wait += 0.25 * (min(time.perf_counter() - since, 1.0) - self._typical_wait)
+        return received
 
-    def _control_message(self, sock: zmq.Socket) -> bytes | None:
-        """The header frame of a message waiting on the ZeroMQ socket (over a data channel: a probe), or None."""
-        if sock.get(_EVENTS) & _POLLIN:
-            self._message = sock
-            return sock.recv()
-        return None
-
-    @staticmethod
-    def _spin_for_command(data: Channel, until: float) -> Record | None:
-        """Busy-check ``data`` until a record is in or ``until`` (``time.perf_counter``) passed, yielding
-        the core to any other runnable thread between checks."""
-        clock, read, yield_core = time.perf_counter, data.read, os.sched_yield
-        while clock() < until:
-            record = read()
-            if record is not None:
-                return record
-            yield_core()
-        return None
-
-    def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes) -> bool | None:
+    def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes, message: Message) -> bool | None:
         """Answer one command; True once the server closed, False if it evicted this client, else None."""
         if header.version != protocol.PROTOCOL_VERSION:
             raise ProtocolError(
@@ -883,19 +834,19 @@ class EnvClient:
             )
         kind = header.kind
         if kind == Kind.STEP:
-            indexes = self._read_indexes(hosted, header)
-            actions = self._read_actions(hosted, header, frame, indexes)
+            indexes = self._read_indexes(hosted, header, message)
+            actions = self._read_actions(hosted, header, frame, indexes, message)
             self._send_result(hosted, header.seq, *hosted.step(actions, indexes), indexes)
         elif kind == Kind.RESET:
-            indexes = self._read_indexes(hosted, header)
-            command = self._read_value(header)
+            indexes = self._read_indexes(hosted, header, message)
+            command = self._read_value(header, message)
             seeds = _per_env(command["seeds"], header, "seeds")
             options = command.get("options", NO_OPTIONS)  # absent: reset(seed=...) without the keyword
             infos = hosted.reset(seeds, options, indexes)
             self._send_result(hosted, header.seq, infos, None, indexes)
         elif kind == Kind.CALL:
-            indexes = self._read_indexes(hosted, header)
-            command = self._read_value(header)
+            indexes = self._read_indexes(hosted, header, message)
+            command = self._read_value(header, message)
             name, query = command["name"], command.get("query")
             if query is None:
                 results = hosted.call(name, command["args"], command["kwargs"], indexes)
@@ -903,32 +854,32 @@ class EnvClient:
                 results = hosted.call(name, [], {}, indexes, query)
             self._send_call_result(header.seq, results, indexes)
         elif kind == Kind.SET_ATTR:
-            indexes = self._read_indexes(hosted, header)
-            command = self._read_value(header)
+            indexes = self._read_indexes(hosted, header, message)
+            command = self._read_value(header, message)
             name, outermost = command["name"], command.get("outermost", False)
             if type(outermost) is not bool:
                 raise ProtocolError(f"SET_ATTR's outermost must be true or false, got {outermost!r}")
             hosted.set_attr(name, _per_env(command["values"], header, "values"), indexes, outermost)
             self._send_call_result(header.seq, None, indexes)
         elif kind == Kind.PING:
-            transport.drain(self._message)  # a probe: the server checks that this connection still routes
+            message.skip_rest()  # a probe: the server checks that this connection still routes
         elif kind == Kind.CLOSE:
-            transport.drain(self._message)
+            message.skip_rest()
             self._send_last(protocol.message(Kind.BYE, seq=header.seq), "BYE")
             logger.info("client %s: the server closed; exiting", self.name)
             return True
         elif kind == Kind.EVICT:
-            reason = (self._read_value(header) or {}).get("reason")
+            reason = (self._read_value(header, message) or {}).get("reason")
             logger.warning("client %s: the server ended this membership: %s", self.name, reason)
             return False
         elif kind == Kind.ERROR:
-            report = self._read_value(header) or {}
+            report = self._read_value(header, message) or {}
             logger.warning("client %s: the server reports an error: %s", self.name, report.get("message"))
         else:
             raise ProtocolError(f"unexpected {kind_name(kind)} message from the server")
         return None
 
-    def _read_indexes(self, hosted: HostedEnvs, header: protocol.Header) -> list[int] | None:
+    def _read_indexes(self, hosted: HostedEnvs, header: protocol.Header, message: Message) -> list[int] | None:
         """The envs a command is for: those its index frame lists (FLAG_SUBSET), or None for all."""
         if not header.flags & protocol.FLAG_SUBSET:
             if header.count != hosted.count:
@@ -936,34 +887,33 @@ class EnvClient:
                     f"{kind_name(header.kind)} for {header.count} envs, this client hosts {hosted.count}"
                 )
             return None
-        if not self._message.get(transport.RCVMORE):
+        if not message.more():
             raise ProtocolError(f"{kind_name(header.kind)} with FLAG_SUBSET lacks its index frame")
-        return protocol.parse_index_frame(self._message.recv(), header.count, hosted.count)
+        return protocol.parse_index_frame(message.next(), header.count, hosted.count)
 
     def _read_actions(
-        self, hosted: HostedEnvs, header: protocol.Header, frame: bytes, indexes: list[int] | None
+        self, hosted: HostedEnvs, header: protocol.Header, frame: bytes, indexes: list[int] | None, message: Message
     ) -> Any:
         """The actions of a STEP, one per env stepped, as ``iterate`` gives them (see PROTOCOL.md, STEP)."""
-        sock = self._message
         count = header.count
         if header.flags & FLAG_VALUE:
-            return _per_env(self._read_value(header)["actions"], header, "actions")
+            return _per_env(self._read_value(header, message)["actions"], header, "actions")
         if hosted.action_leaves is None:
             raise ProtocolError("STEP without actions: this action space needs them in a value section")
         dtypes = None
         if header.flags & protocol.FLAG_DTYPES:
             dtypes = protocol.parse_step_dtypes(frame, len(hosted.action_leaves))
         targets = hosted.new_actions(count, dtypes)
-        transport.recv_into(sock, targets, "STEP")
-        if sock.get(transport.RCVMORE):
+        message.next_into(targets, "STEP")
+        if message.more():
             raise ProtocolError("STEP message has more frames than the action space needs")
         if hosted.action_is_leaf:
             return list(targets[0])
         batch = codec.leaves_to_batch(hosted.action_space, targets)
         return list(iterate(hosted.action_batch_spaces[count], batch))
 
-    def _read_value(self, header: protocol.Header) -> Any:
-        frames = transport.recv_rest(self._message)
+    def _read_value(self, header: protocol.Header, message: Message) -> Any:
+        frames = message.rest()
         if not header.flags & FLAG_VALUE:
             raise ProtocolError(f"{kind_name(header.kind)} message without its value section")
         return protocol.read_value(frames, allow_pickle=self._trusted)
@@ -1046,42 +996,21 @@ class EnvClient:
         self._send(protocol.message(Kind.ERROR, report, seq=seq), "ERROR")
 
     def _send(self, frames: Sequence[Any], what: str) -> None:
-        """Send one message, waiting at most ``liveness_timeout`` for room in the queue (SNDTIMEO).
+        """Send one message on the membership's link; it never blocks (what the socket does not take waits
+        in the link, and goes out while the client waits for the next command).
 
         Raises:
-            _SendTimeout: the server took none of this client's last messages in that time.
+            _ServerGone: the link to the server broke.
         """
-        if self._channel is not None:
-            try:
-                self._channel.send(frames, self.liveness_timeout)
-                return
-            except ChannelClosed as error:
-                raise _SendTimeout(f"the data channel to the server at {self.address} closed ({error})") from None
-            except TimeoutError:
-                raise _SendTimeout(
-                    f"the server at {self.address} took no {what} from this client's data channel within "
-                    f"{self.liveness_timeout:g} s (it stopped reading, or is gone)"
-                ) from None
         try:
-            transport.send_frames(self._socket, frames)
-        except zmq.Again:
-            raise _SendTimeout(
-                f"the server at {self.address} took no {what} from this client within {self.liveness_timeout:g} s "
-                "(it stopped reading, or is gone)"
-            ) from None
+            self._connection.send(frames)
+        except LinkBroken as error:
+            raise _ServerGone(f"could not send {what} to the server at {self.address}: {error}") from None
 
     def _send_last(self, frames: Sequence[Any], what: str) -> None:
-        """Send the last message of a session (a BYE): one the server does not take is given up on."""
-        try:
-            self._send(frames, what)
-        except _SendTimeout as error:
-            logger.info("client %s: %s; leaving without it", self.name, error)
-
-    def _recv_message(self) -> list[bytes] | None:
-        try:
-            return self._socket.recv_multipart()
-        except zmq.Again:
-            return None
+        """Send the last message of a session (a BYE): one that does not go out at once is given up on."""
+        if not self._connection.send_last(frames, 0.5):
+            logger.info("client %s: the server took no %s; leaving without it", self.name, what)
 
     def _parent_alive(self) -> bool:
         parent = (self._launch or {}).get("parent_pid")

@@ -45,6 +45,7 @@ class Episodes:
         self.autoreset_mode = autoreset_mode
         self.started = False  # the first reset happened: a lost client now ends an episode
         self._lost: dict[int, str] = {}  # slot -> why its client was lost
+        self._lost_client: dict[int, bytes | None] = {}  # slot -> the client whose loss that was
         self._reporting: set[int] = set()  # reports begun, waiting for a replacement's reset (SAME_STEP)
 
     @property
@@ -53,15 +54,23 @@ class Episodes:
         starts in the step that reports the loss)."""
         return self.autoreset_mode is AutoresetMode.SAME_STEP
 
+    @property
+    def any_unreported(self) -> bool:
+        """Whether some loss is still to be reported."""
+        return bool(self._lost)
+
     def start(self) -> None:
         """The episodes began (the first reset)."""
         self.started = True
 
-    def client_lost(self, slots: Iterable[int], reason: str) -> None:
-        """The client of ``slots`` is gone; before the episodes began, that ends nothing."""
+    def client_lost(self, slots: Iterable[int], reason: str, client: bytes | None = None) -> None:
+        """The client of ``slots`` (its identity: ``client``) is gone; before the episodes began, that ends
+        nothing. A replacement lost while a report waits for its reset adds nothing to that report, unless
+        its reset landed first (see :meth:`finish_reports`)."""
         if self.started:
             for slot in slots:
                 self._lost[slot] = reason
+                self._lost_client[slot] = client
 
     def still_running(self) -> list[int]:
         """The slots whose episodes go on: all but those whose loss is still to be reported."""
@@ -77,6 +86,7 @@ class Episodes:
         """New episodes start in ``slots`` (they are reset): their losses need no report any more."""
         for slot in slots:
             self._lost.pop(slot, None)
+            self._lost_client.pop(slot, None)
             self._reporting.discard(slot)
 
     def begin_reports(self, batch: ResultBatch, slots: Iterable[int] | None = None) -> list[int]:
@@ -98,9 +108,18 @@ class Episodes:
             self._write(batch, due)
         return due
 
-    def finish_reports(self, batch: ResultBatch, slots: list[int]) -> None:
-        """The replacements of ``slots`` have reset: their results now report the loss (SAME_STEP)."""
+    def finish_reports(self, batch: ResultBatch, slots: list[int], reset_by: dict[int, bytes] | None = None) -> None:
+        """The replacements of ``slots`` have reset (``reset_by``: the identity of the client whose reset landed
+        in each slot): their results now report the loss (SAME_STEP). A replacement lost after its reset
+        landed ended the episode it began: that loss is reported next."""
+        again = {
+            slot: self._lost[slot]
+            for slot in slots
+            if reset_by and slot in self._lost and self._lost_client.get(slot) == reset_by.get(slot, b"")
+        }
         self._write(batch, slots)
+        for slot, reason in again.items():
+            self._lost[slot], self._lost_client[slot] = reason, reset_by[slot]
 
     def retry_reports(self, slots: Iterable[int]) -> None:
         """The replacement reset of ``slots`` failed: their losses are reported again, from the start, later."""

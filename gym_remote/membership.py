@@ -1,4 +1,4 @@
-"""Who serves which slot: the slot table, the waiting line, quarantine, and the rules of a HELLO.
+"""Who serves which slot: the slot table, the waiting line, and the rules of a HELLO.
 
 :class:`Membership` owns no socket and calls nothing back. The server hands it what happened (a
 HELLO arrived, a client was lost, a waiter may come in now) and it answers with a decision
@@ -213,14 +213,12 @@ class Membership:
         self.slots: list[ClientInfo | None] = [None] * num_envs
         self.clients: dict[bytes, ClientInfo] = {}
         self.waiting: dict[bytes, _Waiter] = {}
-        self.quarantined: set[int] = set()  # empty slots no client may take until release()
         self.slot_epochs = [0] * num_envs
         self.empty_since = [time.monotonic()] * num_envs
         self.observation_space: gym.Space | None = None
         self.action_space: gym.Space | None = None
         self.refusals: list[str] = []  # the last reasons a HELLO was refused for good
         self.reset_first = False  # told in WELCOME: new envs start as if their episode had ended
-        self.quarantine_losses = False  # a lost client's slots wait for release() (episodes have started)
 
     # -- settings ----------------------------------------------------------------------------------
 
@@ -230,9 +228,12 @@ class Membership:
         self.action_space = action_space
 
     def start_episodes(self, *, reset_first: bool) -> None:
-        """Episodes run from now on: a lost client's slots are quarantined until their loss is reported,
-        and new clients are told ``reset_first``."""
-        self.quarantine_losses = True
+        """Episodes run from now on: new clients are told ``reset_first``.
+
+        A lost client's slots are free for a new client at once; the learner reports the loss at each
+        slot's next step all the same (``gym_remote.episodes``), and the new client's envs start as if
+        their episode had ended, so their first step after the report starts a new one.
+        """
         self.reset_first = reset_first
 
     # -- queries -----------------------------------------------------------------------------------
@@ -278,8 +279,8 @@ class Membership:
         return index
 
     def can_admit(self) -> bool:
-        """Whether a slot is free for a waiter (not served, not quarantined)."""
-        return any(slot not in self.quarantined for slot in self.empty_slots())
+        """Whether a slot is free for a waiter."""
+        return any(client is None for client in self.slots)
 
     def spaces_for(self, client: ClientInfo) -> tuple[gym.Space, gym.Space]:
         """The vector's single spaces as a WELCOME to ``client`` carries them (its own if it is the first)."""
@@ -345,7 +346,7 @@ class Membership:
             self.slot_epochs[slot] += 1
 
     def lose(self, identity: bytes) -> ClientInfo | None:
-        """The client ``identity`` is gone: its slots are empty (quarantined, once episodes run)."""
+        """The client ``identity`` is gone: its slots are empty, free for others."""
         client = self.clients.pop(identity, None)
         if client is None:
             return None
@@ -354,17 +355,11 @@ class Membership:
             if self.slots[slot] is client:
                 self.slots[slot] = None
                 self.empty_since[slot] = now
-        if self.quarantine_losses:
-            self.quarantined.update(client.slots)
         return client
 
     def leave_line(self, identity: bytes) -> bool:
         """The waiter ``identity`` left (or cannot be reached): it gives up its place. False if it was not waiting."""
         return self.waiting.pop(identity, None) is not None
-
-    def release(self, slots: Iterable[int]) -> None:
-        """Let joining clients (and those waiting in line) take ``slots`` again."""
-        self.quarantined.difference_update(slots)
 
     def clear(self) -> None:
         """Forget every member and waiter (the server closed)."""
@@ -469,7 +464,7 @@ class Membership:
             if count != launch.count:
                 raise _Refusal("invalid", f"launched client {launch_index} hosts {count} envs, expected {launch.count}")
             slots = list(range(launch.first_slot, launch.first_slot + count))
-            if self.empty_slots(slots) != slots or self.quarantined.intersection(slots):
+            if self.empty_slots(slots) != slots:
                 raise _Refusal("full", f"the slots of launched client {launch_index} are not free yet")
         else:
             slots = self._free_slots(count)
@@ -520,11 +515,7 @@ class Membership:
                 f"this client offers {count} envs, more than the {open_slots} slots the vector has for clients "
                 f"that join (of its {self.num_envs} slots)",
             )
-        free = [
-            slot
-            for slot in range(self.num_envs)
-            if self.slots[slot] is None and not self._reserved[slot] and slot not in self.quarantined
-        ]
+        free = [slot for slot in range(self.num_envs) if self.slots[slot] is None and not self._reserved[slot]]
         if len(free) < count:
             raise _Refusal(
                 "full",

@@ -16,8 +16,7 @@ tells it what happened (:meth:`PartialBatches.collect`, :meth:`PartialBatches.cl
 from __future__ import annotations
 
 import enum
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +28,7 @@ from gym_remote.commands import Builder, Plan
 from gym_remote.episodes import Episodes
 from gym_remote.errors import RemoteEnvError
 from gym_remote.protocol import Kind
-from gym_remote.server import Exchange, SlotServer
+from gym_remote.server import ClientInfo, Exchange, SlotServer
 
 __all__ = ["PartialBatches", "SlotState", "SlotTable"]
 
@@ -43,7 +42,7 @@ class SlotState(enum.IntEnum):
     READY = 3  # its result arrived: recv() returns it, in arrival order
 
 
-_IDLE, _PARKED, _IN_FLIGHT = int(SlotState.IDLE), int(SlotState.PARKED), int(SlotState.IN_FLIGHT)
+_IDLE, _PARKED, _IN_FLIGHT, _READY = (int(state) for state in SlotState)
 """The states as plain ints, for array comparisons (numpy compares an IntEnum slowly)."""
 
 
@@ -60,17 +59,46 @@ class Parked:
 
 class SlotTable:
     """Each slot's :class:`SlotState`, with what that state holds: a parked command, the exchange in
-    flight, the arrival order of ready results. Socket-free; every change goes through a method
-    that checks the state it leaves."""
+    flight, the order of arrival. Socket-free.
+
+    The state array is the one truth: what a state holds is kept per slot and counts only while the slot
+    is in that state, and every transition ends with a single store into the array. So an interrupt
+    (Ctrl-C) at any point leaves each slot in its old state or its new one, with what that state holds,
+    never in between.
+    """
 
     def __init__(self, num_envs: int) -> None:
         self.state = np.full(num_envs, SlotState.IDLE, dtype=np.int8)
-        self.parked: dict[int, Parked] = {}  # exactly the PARKED slots
-        self.in_flight: dict[int, Exchange] = {}  # exactly the IN_FLIGHT slots
-        self.ready: deque[int] = deque()  # exactly the READY slots, in arrival order
+        self._parked: list[Parked | None] = [None] * num_envs
+        self._exchange: list[Exchange | None] = [None] * num_envs
+        self._arrival = np.zeros(num_envs, dtype=np.int64)  # the order of READY slots' arrivals
+        self._arrivals = 0
 
     def slots_in(self, state: SlotState) -> list[int]:
         return np.flatnonzero(self.state == state).tolist()
+
+    @property
+    def parked(self) -> dict[int, Parked]:
+        """The PARKED slots and their commands."""
+        return {slot: self._parked[slot] for slot in self.slots_in(SlotState.PARKED)}
+
+    @property
+    def in_flight(self) -> dict[int, Exchange]:
+        """The IN_FLIGHT slots and their exchanges."""
+        return {slot: self._exchange[slot] for slot in self.slots_in(SlotState.IN_FLIGHT)}
+
+    @property
+    def ready(self) -> list[int]:
+        """The READY slots, in arrival order."""
+        slots = np.flatnonzero(self.state == _READY)
+        return slots[np.argsort(self._arrival[slots], kind="stable")].tolist()
+
+    def ready_count(self) -> int:
+        return int(np.count_nonzero(self.state == _READY))
+
+    def exchange_of(self, slot: int) -> Exchange | None:
+        """The exchange ``slot`` waits for, if it is IN_FLIGHT."""
+        return self._exchange[slot] if self.state[slot] == _IN_FLIGHT else None
 
     @property
     def busy(self) -> np.ndarray:
@@ -86,51 +114,42 @@ class SlotTable:
         return np.flatnonzero((self.state == _PARKED) | (self.state == _IN_FLIGHT)).tolist()
 
     def park(self, slot: int, command: Parked) -> None:
-        self._leave(slot)
-        self.parked[slot] = command
+        self._parked[slot] = command
         self.state[slot] = SlotState.PARKED
 
     def fly(self, slot: int, exchange: Exchange) -> None:
-        self._leave(slot)
-        self.in_flight[slot] = exchange
+        self._exchange[slot] = exchange
         self.state[slot] = SlotState.IN_FLIGHT
 
     def arrive(self, slot: int) -> None:
-        self._leave(slot)
-        self.ready.append(slot)
+        self._arrivals += 1
+        self._arrival[slot] = self._arrivals
         self.state[slot] = SlotState.READY
 
     def idle(self, slot: int) -> None:
-        self._leave(slot)
         self.state[slot] = SlotState.IDLE
 
     def take_ready(self, count: int) -> list[int]:
         """The first ``count`` ready slots, which become IDLE."""
-        if count > len(self.ready):
-            raise ValueError(f"{count} results asked for, {len(self.ready)} are ready")
-        slots = [self.ready.popleft() for _ in range(count)]
+        slots = self.ready
+        if count > len(slots):
+            raise ValueError(f"{count} results asked for, {len(slots)} are ready")
+        slots = slots[:count]
         self.state[slots] = SlotState.IDLE
         return slots
 
     def clear(self) -> None:
         """Every slot IDLE (the exchanges in flight are the caller's to abandon first)."""
-        self.parked.clear()
-        self.in_flight.clear()
-        self.ready.clear()
         self.state[:] = SlotState.IDLE
-
-    def _leave(self, slot: int) -> None:
-        state = self.state[slot]
-        if state == SlotState.PARKED:
-            del self.parked[slot]
-        elif state == SlotState.IN_FLIGHT:
-            del self.in_flight[slot]
-        elif state == SlotState.READY:
-            self.ready.remove(slot)
 
 
 class PartialBatches:
     """The commands of ``send`` / ``recv`` over a server's slots, and where each slot's result is.
+
+    Every step below is safe against an interrupt: the table's transitions are (see :class:`SlotTable`);
+    a result is landed before its slot becomes READY and is marked with its command's sequence number, so
+    one that arrives for a command the slot no longer waits for is ignored; and losses are reported from
+    what the episodes and the exchanges say, each time anew, so a report cut short is made again.
 
     Args:
         server: the server whose clients serve the slots.
@@ -144,7 +163,7 @@ class PartialBatches:
         self.batch = batch
         self.table = SlotTable(server.num_envs)
         self.reports_loss = np.zeros(server.num_envs, dtype=np.bool_)  # its next result reports a lost client
-        self._arrivals: list[int] = []  # slots whose RESULT landed since the last collect(), in order
+        self._arrivals: list[tuple[int, int]] = []  # (slot, seq) of each RESULT landed since the last collect()
 
     def reset_all(self, seed: list[int | None], options: Any) -> None:
         """Start resetting every slot (``seed[slot]``); results that were not returned yet are dropped."""
@@ -160,104 +179,129 @@ class PartialBatches:
         """Send actions to ``slots`` (``slots[row]`` gets row ``row``; all of them IDLE).
 
         ``messages(plan_of)`` makes the STEP messages for plans (:func:`commands.step`); ``per_env()``
-        splits the actions per slot, for the slots that must wait for a client.
+        splits the actions per slot, for the slots that must wait for a client. Interrupted, it has sent
+        the actions of some of the slots (whose results :meth:`collect` finds) and of none of the others.
         """
-        owners = self.server.members.slots
+        # who served each slot when the actions were given: a client lost while they go out leaves its later
+        # slots in flight with a lost command, whose loss collect() reports
+        owners = list(self.server.members.slots)
         reporting = set(self.episodes.unreported(slots))  # their actions are not needed
-        others = [(slot, row) for row, slot in enumerate(slots) if slot not in reporting]
-        unserved = [(slot, row) for slot, row in others if owners[slot] is None]
-        actions = per_env() if unserved else []
         self._report(sorted(reporting))
-        for slot, row in unserved:
+        actions: list | None = None
+        for row, slot in enumerate(slots):
+            if slot in reporting:
+                continue
+            owner = owners[slot]
+            if owner is not None:
+                self._start(slot, owner, commands.one_slot(owner, slot, row), messages, "step")
+                continue
+            if actions is None:
+                actions = per_env()
             self.table.park(slot, Parked(Kind.STEP, action=actions[row]))
-        for slot, row in others:
-            if owners[slot] is not None:
-                self._start(slot, commands.one_slot(owners[slot], slot, row), messages, "step")
         self.dispatch_parked()
 
     def has_news(self, size: int) -> bool:
-        """Whether :meth:`collect` would find ``size`` results, or an error (a wait's predicate: no side effects)."""
-        if len(self.table.ready) + len(self._arrivals) >= size:
+        """Whether :meth:`collect` would find ``size`` results, or an error, or a parked command can go out (its
+        slot has a client: one that joined before the command was parked). A wait's predicate: no side effects."""
+        if self.table.ready_count() + len(self._arrivals) >= size:
             return True
-        return any(exchange.errors for exchange in self.table.in_flight.values())
+        if any(exchange.errors for exchange in self.table.in_flight.values()):
+            return True
+        owners = self.server.members.slots
+        return any(owners[slot] is not None for slot in self.table.slots_in(SlotState.PARKED))
 
     def collect(self) -> RemoteEnvError | None:
-        """Move what arrived into the table: landed results become READY (in arrival order), a slot whose
-        env raised becomes IDLE. Returns the first env error (its slot takes actions again)."""
-        for slot in self._arrivals:
-            if self.table.state[slot] != SlotState.IN_FLIGHT:
+        """Move what happened into the table: landed results become READY (in arrival order); a slot whose
+        client was lost reports the loss; a slot whose env raised, or whose reply an interrupt cut short,
+        becomes IDLE. Returns the first env error (its slot takes actions again).
+
+        Call it after the vector took the server's events (the episodes know of every loss).
+        """
+        table = self.table
+        for slot, seq in self._arrivals:
+            exchange = table.exchange_of(slot)
+            if exchange is None or exchange.seq != seq:  # a result for a command the slot no longer waits for
                 continue
-            self.table.arrive(slot)
             if self.reports_loss[slot]:  # the reset of a replacement client, in SAME_STEP mode
+                self.episodes.finish_reports(self.batch, [slot], {slot: next(iter(exchange.sent_at))})
                 self.reports_loss[slot] = False
-                self.episodes.finish_reports(self.batch, [slot])
+            table.arrive(slot)
         self._arrivals.clear()
         error = None
-        for slot, exchange in list(self.table.in_flight.items()):
+        lost = []
+        for slot, exchange in table.in_flight.items():
             if exchange.errors:
                 error = error or exchange.errors[0][1]
-                self.table.idle(slot)
                 self.reports_loss[slot] = False
-            elif not exchange.pending and not exchange.lost:
+                table.idle(slot)
+            elif exchange.lost:
+                lost.append(slot)
+            elif not exchange.pending:
                 # its reply was cut short (an interrupted receive): the result is gone, the slot takes actions
-                self.table.idle(slot)
                 self.reports_loss[slot] = False
+                table.idle(slot)
+        self._report(self.episodes.unreported(lost))  # (the others wait for the vector to learn of the loss)
         return error
 
-    def client_lost(self, slots: Iterable[int]) -> None:
-        """The client of ``slots`` is lost: the results of those in flight become reports of the loss."""
-        self._report([slot for slot in slots if self.table.state[slot] == SlotState.IN_FLIGHT])
-
     def take(self, size: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """The first ``size`` READY results, as ``recv`` returns them."""
-        return self.batch.take(self.table.take_ready(size))
+        """The first ``size`` READY results, as ``recv`` returns them (made before the slots become IDLE, so an
+        interrupt returns them later rather than never)."""
+        slots = self.table.ready[:size]
+        results = self.batch.take(slots)
+        self.table.take_ready(size)
+        self.batch.forget_infos(slots)
+        return results
 
     def dispatch_parked(self) -> None:
         """Send the parked commands of the slots that have a client now."""
-        owners = self.server.members.slots
-        due = [slot for slot in sorted(self.table.parked) if owners[slot] is not None]
+        owners = list(self.server.members.slots)  # (a client lost while sending: see send())
+        parked = self.table.parked
+        due = [slot for slot in sorted(parked) if owners[slot] is not None]
         if not due:
             return
         seed = [None] * self.server.num_envs
         for slot in due:
-            command = self.table.parked[slot]
-            plan = commands.one_slot(owners[slot], slot)
+            command, owner = parked[slot], owners[slot]
+            plan = commands.one_slot(owner, slot)
             if command.kind == Kind.RESET:
                 seed[slot] = command.seed
                 options = command.options
-                self._start(
-                    slot, plan, lambda plan_of, options=options: commands.reset(seed, options, plan_of), "reset"
-                )
+                messages = lambda plan_of, options=options: commands.reset(seed, options, plan_of)  # noqa: E731
+                self._start(slot, owner, plan, messages, "reset")
             else:
                 action = [command.action]
-                self._start(slot, plan, lambda plan_of, action=action: commands.listed_step(action, plan_of), "step")
+                messages = lambda plan_of, action=action: commands.listed_step(action, plan_of)  # noqa: E731
+                self._start(slot, owner, plan, messages, "step")
 
     def _report(self, slots: list[int]) -> None:
-        """The results of ``slots``, whose client was lost: truncated, ``client_lost`` in their infos.
+        """The results of ``slots``, whose client was lost (and the episodes know it): truncated,
+        ``client_lost`` in their infos. Made anew by every call, so one an interrupt cut short is finished.
 
         In SAME_STEP mode the result waits for a replacement client's reset (its observation starts
         the next episode; the last one becomes ``final_obs``).
         """
-        reported = self.episodes.begin_reports(self.batch, slots)
-        if not reported:
+        if not slots:
             return
-        if self.episodes.reset_replacements:
-            for slot in reported:
+        self.episodes.begin_reports(self.batch, slots)
+        for slot in slots:
+            if self.episodes.reset_replacements:
                 self.reports_loss[slot] = True
                 self.table.park(slot, Parked(Kind.RESET))
-        else:
-            for slot in reported:
+            else:
                 self.table.arrive(slot)
-        self.server.release(reported)
 
-    def _start(self, slot: int, plan: Plan, messages: Callable[[commands.PlanOf], Builder], what: str) -> None:
-        """Send ``slot``'s command (``messages(plan_of)`` builds it); its result lands on arrival."""
-        owner = self.server.members.slots[slot]
+    def _start(
+        self, slot: int, owner: ClientInfo, plan: Plan, messages: Callable[[commands.PlanOf], Builder], what: str
+    ) -> None:
+        """Send ``slot``'s command (``messages(plan_of)`` builds it) to ``owner``; its result lands on arrival.
+
+        The slot is IN_FLIGHT before the command goes out: a command cut short leaves it in flight with
+        nothing awaited, which :meth:`collect` turns back to IDLE.
+        """
         sink = self.batch.landing(lambda _: plan, self._arrivals)
-        # lost while sending (nothing pending): the slot reports the loss once the vector learns of it
-        self.table.fly(
-            slot, self.server.start([owner], messages(lambda _: plan), sink, reply_kind=Kind.RESULT, what=what)
-        )
+        exchange = self.server.prepare([owner], messages(lambda _: plan), sink, reply_kind=Kind.RESULT, what=what)
+        self.table.fly(slot, exchange)
+        self.server.launch(exchange)
 
 
 def format_outstanding(table: SlotTable) -> str:

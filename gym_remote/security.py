@@ -2,9 +2,11 @@
 
 Security lives below the gym_remote protocol, in ZeroMQ's own handshake (ZMTP): with CURVE the
 connection is encrypted and the server checks the client's public key before a single gym_remote
-message gets through. The :class:`Gatekeeper` answers libzmq's authentication requests (ZAP) in a
+message gets through. The gatekeeper answers libzmq's authentication requests (ZAP) in a
 thread of its own, because libzmq holds every handshake until the answer comes, whatever the learner
-is doing. It also enforces the connection limits that protect a server from floods.
+is doing. It also enforces the connection limits that protect a server from floods. What it
+decides is :class:`GatePolicy`'s, here; its thread and sockets are in :mod:`gym_remote.links.gate`
+(as pyzmq's ZAP policy, ``zmq.auth.base``, lives apart from its thread).
 
 Keys are Z85 text (40 characters), stored in ``zmq.auth``'s certificate files: ``NAME.key`` holds
 the public key, ``NAME.key_secret`` the public and the secret key.
@@ -28,14 +30,13 @@ from typing import Any, Union
 import zmq
 import zmq.auth
 from zmq.utils import z85
-from zmq.utils.monitor import parse_monitor_message
 
 __all__ = [
     "KeyPair",
     "ServerSecurity",
     "ClientSecurity",
     "AuthorizedKeys",
-    "Gatekeeper",
+    "GatePolicy",
     "create_key_files",
     "keys_from_secret",
     "server_security",
@@ -292,11 +293,6 @@ class ServerSecurity:
     authorized: AuthorizedKeys
     how: str  # for logs: "keys", "secret", "keys and secret" or "local clients only"
 
-    def apply(self, sock: zmq.Socket) -> None:
-        sock.curve_server = True
-        sock.curve_secretkey = self.keys.secret
-        sock.curve_publickey = self.keys.public
-
 
 @dataclass
 class ClientSecurity:
@@ -304,11 +300,6 @@ class ClientSecurity:
 
     server_public: bytes
     keys: KeyPair
-
-    def apply(self, sock: zmq.Socket) -> None:
-        sock.curve_serverkey = self.server_public
-        sock.curve_publickey = self.keys.public
-        sock.curve_secretkey = self.keys.secret
 
     def to_payload(self) -> dict[str, str]:
         """For a launched client's payload file (which only the user can read)."""
@@ -429,26 +420,18 @@ def check_endpoint(endpoint: str, what: str, *, binding: bool = False) -> None:
             raise ValueError(f"{what}={endpoint!r}: * is for binding; connect to the server's host name or address")
 
 
-# -- the gatekeeper --------------------------------------------------------------------------------
+# -- the gate's policy --------------------------------------------------------------------------------
 
-ZAP_ENDPOINT = "inproc://zeromq.zap.01"
-_CONNECTION_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
-
-GATEKEEPER_POLL_MS = 200
-"""The gatekeeper thread's longest wait in ZeroMQ: it holds its sockets' lock no longer than this."""
-
-GATEKEEPER_CLOSE_SECONDS = 5.0
-"""How long :meth:`Gatekeeper.close` waits at most by default."""
+DENIAL_LOG_SECONDS = 5.0
+"""A denial is logged at most this often per reason, so that a flood cannot flood the log too."""
 
 
-class Gatekeeper:
-    """Answers a server socket's ZAP requests in a thread: CURVE keys, connection count, handshake rate.
-
-    Every socket of ``context`` with a ZAP domain or a security mechanism asks it, so a server that
-    uses one owns its context. Denials never reach the gym_remote protocol: libzmq closes the connection.
+class GatePolicy:
+    """Who may finish a connection handshake (ZAP, RFC 27): the client keys accepted, the connections open at
+    once, the handshakes per second one network address may start. No sockets: the gatekeeper
+    (:class:`gym_remote.links.gate.Gatekeeper`) asks it from its thread; its counters are locked.
 
     Args:
-        context: the server's own ZeroMQ context.
         authorized: the client keys accepted (None: plain connections, which are only counted and rated).
         max_connections: connections open at once beyond which new handshakes are refused.
         handshake_rate: handshakes per second one network address may start (bursts of twice as many).
@@ -456,7 +439,6 @@ class Gatekeeper:
 
     def __init__(
         self,
-        context: zmq.Context,
         authorized: AuthorizedKeys | None,
         *,
         max_connections: int,
@@ -471,37 +453,14 @@ class Gatekeeper:
         self._open: set[int] = set()
         self._buckets: dict[str, list[float]] = {}  # address -> [tokens, last refill]
         self._last_log: dict[str, float] = {}
-        self._stopping = threading.Event()
-        # Held by whoever uses the sockets (the thread while it polls, receives or replies; close() to close
-        # them under a thread that is stuck elsewhere, in a key lookup say): never two threads in libzmq at once.
-        self._sockets_lock = threading.RLock()
-        self._sockets_closed = False
-        self._monitor_address = f"inproc://gym-remote-gatekeeper-{id(self):x}"
-        self._context = context
-        self._zap = context.socket(zmq.REP)
-        self._zap.setsockopt(zmq.LINGER, 0)
-        try:
-            self._zap.bind(ZAP_ENDPOINT)
-        except zmq.ZMQError:
-            self._zap.close()
-            raise
-        self._monitor: zmq.Socket | None = None
-        self._wake = context.socket(zmq.PAIR)  # close() wakes the thread through it
-        self._wake.setsockopt(zmq.LINGER, 0)
-        self._wake.bind(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
-        self._thread = threading.Thread(target=self._run, name="gym_remote-gatekeeper", daemon=True)
 
-    def watch(self, sock: zmq.Socket) -> None:
-        """Count ``sock``'s connections (call before it binds, from the thread that owns it)."""
-        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
-        sock.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_SECONDS * 1000))
-        sock.monitor(self._monitor_address, _CONNECTION_EVENTS)
-        self._monitor = self._context.socket(zmq.PAIR)
-        self._monitor.setsockopt(zmq.LINGER, 0)
-        self._monitor.connect(self._monitor_address)
+    def connection_opened(self, connection: int) -> None:
+        with self._lock:
+            self._open.add(connection)
 
-    def start(self) -> None:
-        self._thread.start()
+    def connection_closed(self, connection: int) -> None:
+        with self._lock:
+            self._open.discard(connection)
 
     def stats(self) -> dict[str, Any]:
         """Connections open now, handshakes accepted, and handshakes denied by reason."""
@@ -511,110 +470,7 @@ class Gatekeeper:
         accepted = counts.pop("accepted", 0)
         return {"connections": connections, "handshakes_accepted": accepted, "handshakes_denied": counts}
 
-    def close(self, sock: zmq.Socket | None = None, timeout: float = GATEKEEPER_CLOSE_SECONDS) -> bool:
-        """Stop the thread and close its sockets, within about ``timeout`` seconds whatever the thread does
-        (``sock``: the watched socket, whose monitor ends first).
-
-        A thread that does not stop in time (stuck in a key lookup, say) has its sockets closed under it,
-        so that ``context.term()`` cannot wait for them; it ends when it gets back to them.
-
-        Returns:
-            True once the gatekeeper's sockets are closed; False (logged) if they could not be, in which
-            case terminate the context with :func:`gym_remote.transport.terminate`, which is bounded.
-        """
-        deadline = time.monotonic() + timeout
-        if sock is not None and not sock.closed:
-            try:
-                sock.disable_monitor()
-            except zmq.ZMQError:
-                pass
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._wake_thread()
-            self._thread.join(timeout / 2)  # the other half: for its sockets' lock if it is stuck
-        if not self._thread.is_alive():
-            self._close_sockets()
-            return True
-        if not self._sockets_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            logger.error(
-                "the gatekeeper thread did not stop within %g s and holds its sockets; they stay open, and "
-                "context.term() would wait for them (gym_remote.transport.terminate does not)",
-                timeout,
-            )
-            return False
-        try:
-            self._close_sockets()
-        finally:
-            self._sockets_lock.release()
-        logger.warning(
-            "the gatekeeper thread did not stop within %g s; its sockets were closed under it (it ends when it "
-            "gets back to them)",
-            timeout / 2,
-        )
-        return True
-
-    def _wake_thread(self) -> None:
-        try:
-            waker = self._context.socket(zmq.PAIR)
-        except zmq.ZMQError:  # the context is closed already: the thread's polls fail and it ends
-            return
-        waker.connect(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
-        try:
-            waker.send(b"", zmq.NOBLOCK)
-        except zmq.ZMQError:  # the thread saw the stop flag and closed its end already
-            pass
-        waker.close(linger=100)
-
-    def _close_sockets(self) -> None:
-        with self._sockets_lock:
-            self._sockets_closed = True
-            for owned in (self._zap, self._monitor, self._wake):
-                if owned is not None:
-                    owned.close(linger=0)
-
-    # -- the thread --------------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._zap, zmq.POLLIN)
-        poller.register(self._wake, zmq.POLLIN)
-        if self._monitor is not None:
-            poller.register(self._monitor, zmq.POLLIN)
-        try:
-            while not self._stopping.is_set():
-                with self._sockets_lock:
-                    if self._sockets_closed:  # by close(), while this thread was answering
-                        return
-                    ready = dict(poller.poll(GATEKEEPER_POLL_MS))
-                    if self._monitor in ready:  # connection events first: a handshake's own connection is counted
-                        self._read_connection_events()
-                    if self._zap not in ready:
-                        continue
-                    request = self._zap.recv_multipart()
-                reply = self._answer(request)  # without the lock: a lookup may rescan a slow key directory
-                with self._sockets_lock:
-                    if self._sockets_closed:
-                        return
-                    self._zap.send_multipart(reply)
-        except zmq.ZMQError as error:  # the context is being terminated
-            if not self._stopping.is_set():
-                logger.error("the gatekeeper stopped: %s", error)
-        finally:
-            self._close_sockets()
-
-    def _read_connection_events(self) -> None:
-        while True:
-            try:
-                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                return
-            with self._lock:
-                if event["event"] == zmq.EVENT_ACCEPTED:
-                    self._open.add(event["value"])
-                elif event["event"] == zmq.EVENT_DISCONNECTED:
-                    self._open.discard(event["value"])
-
-    def _answer(self, request: list[bytes]) -> list[bytes]:
+    def answer(self, request: list[bytes]) -> list[bytes]:
         """The ZAP reply to one request (RFC 27): version, request id, status, text, user id, metadata."""
         if len(request) < 6:
             return [b"1.0", b"", b"500", b"malformed ZAP request", b"", b""]
@@ -663,9 +519,9 @@ class Gatekeeper:
         return True
 
     def _log_denial(self, peer: str, reason: str) -> None:
-        """A warning per reason at most every 5 s, so that a flood cannot flood the log too."""
+        """A warning per reason at most every :data:`DENIAL_LOG_SECONDS`."""
         now = time.monotonic()
-        if now - self._last_log.get(reason, -1e9) < 5.0:
+        if now - self._last_log.get(reason, -1e9) < DENIAL_LOG_SECONDS:
             return
         self._last_log[reason] = now
         with self._lock:

@@ -1,19 +1,28 @@
-"""The server side of the wire: one ROUTER socket, the commands in flight on it, and their replies.
+"""The learner's side of the protocol: its members, the commands in flight to them, and their replies.
 
-:class:`SlotServer` knows messages and clients, not Gymnasium semantics. Who serves which slot is
-decided by its :class:`~gym_remote.membership.Membership`, which it consults on every HELLO, leave
-and loss; what happened (a client joined, a client was lost) is queued as :class:`Joined` and
-:class:`Lost` events, which its owner takes after a wait with :meth:`SlotServer.take_events`. A
-command is one :class:`Exchange`: sent to some clients, its replies land in its :class:`Sink` (a
-batch) as they arrive. The server is used from one thread only (the learner's), as its socket must
-be: control messages are handled whenever that thread waits, so nothing runs behind the learner's
-back and nothing costs time on the step path.
+:class:`SlotServer` speaks the protocol (docs/PROTOCOL.md) and nothing below it: every message
+reaches a member over the member's *link* (:mod:`gym_remote.links`: a ZeroMQ route, or a Unix
+channel on the same host), and one :class:`~gym_remote.links.mux.Multiplexer` waits on all of them
+at once. Who serves which slot is decided by its :class:`~gym_remote.membership.Membership`, which
+it consults on every HELLO, leave and loss; what happened (a client joined, a client was lost) is
+queued as :class:`Joined` and :class:`Lost` events, which its owner takes after a wait with
+:meth:`SlotServer.peek_event`. A command is one :class:`Exchange`: sent to some members, its replies
+land in its :class:`Sink` (a batch) as they arrive. The server is used from one thread only (the
+learner's): control messages are handled whenever that thread waits, so nothing runs behind the
+learner's back and nothing costs time on the step path.
 
-Liveness: libzmq's own heartbeats (ZMTP PING/PONG, answered by the peers' I/O threads whatever their
-envs are doing) close the connection of a peer that is gone or cut off; the server then cannot route
-to it (``ROUTER_MANDATORY``), which it notices when it sends a command or, while it waits for a reply,
-when it probes the peers it waits for. A slow env keeps its connection alive and is only bounded by
-the reply timeout.
+One step, top to bottom: :meth:`SlotServer.start` builds every member's command, then sends each on
+its link (never blocking: what a socket does not take waits in the link); :meth:`SlotServer.finish`
+waits (:meth:`SlotServer.wait`), handing each message the multiplexer yields to :meth:`_handle`, which
+lands a reply in its exchange's sink; after each wait, :meth:`_checks` looks at every member it awaits
+in one pass (liveness).
+
+Liveness: libzmq's heartbeats (ZMTP PING/PONG, answered by the peers' I/O threads whatever their envs
+are doing) close the connection of a peer that is gone or cut off; the server then cannot route to it,
+which it notices when it sends, or, while it waits for replies, when it probes the members it awaits.
+A member whose connection has taken none of the bytes sent to it for ``liveness_timeout`` (a frozen
+process with a large message in flight, which blocks libzmq's own heartbeats) is lost too. A slow env
+keeps its connection alive and is only bounded by the reply timeout.
 """
 
 from __future__ import annotations
@@ -21,18 +30,21 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import select
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import zmq
 
-from gym_remote import channel, codec, protocol, transport
-from gym_remote.channel import Channel, ChannelClosed, Listener, Record
+from gym_remote import codec, protocol
 from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError, remote_env_error
+from gym_remote.links import Arrival, Broken, CutShort, LinkBroken, Message
+from gym_remote.links.channel import Channel, Listener, address_for
+from gym_remote.links.gate import Gatekeeper
+from gym_remote.links.mux import Multiplexer
+from gym_remote.links.zeromq import Route, Router, new_context, terminate
 from gym_remote.membership import (
     Admit,
     ClientInfo,
@@ -44,7 +56,7 @@ from gym_remote.membership import (
     space_mismatch,
 )
 from gym_remote.protocol import FLAG_VALUE, Kind, kind_name
-from gym_remote.security import DEFAULT_HANDSHAKE_RATE, DEFAULT_MAX_MESSAGE_BYTES, Gatekeeper, ServerSecurity
+from gym_remote.security import DEFAULT_HANDSHAKE_RATE, DEFAULT_MAX_MESSAGE_BYTES, ServerSecurity
 
 if TYPE_CHECKING:
     from gym_remote.launch import Launcher
@@ -62,21 +74,16 @@ __all__ = [
     "space_mismatch",
 ]
 
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
-
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
-"""Longest a wait blocks inside libzmq before it checks deadlines, probes peers and polls the launcher."""
+"""Longest a wait sleeps before it checks deadlines, probes members and polls the launcher."""
 
 PROBE_SECONDS = 0.5
-"""A client awaited and not heard from for this long is probed (once per this interval)."""
-
-SEND_HWM = 10_000
-"""Messages queued for one client before sends to it fail (ZMQ_SNDHWM)."""
+"""A member awaited and not heard from for this long is probed (once per this interval)."""
 
 DEFAULT_SPIN_SECONDS = 400e-6
-"""How long a wait for replies busy-checks the socket before it sleeps in libzmq (see ``SlotServer``)."""
+"""How long a wait for replies busy-checks the links before it sleeps (see ``SlotServer``)."""
 
 
 def default_spin(local_clients: int) -> float:
@@ -133,6 +140,16 @@ class Exchange:
     sent_at: dict[bytes, float] = field(default_factory=dict)
     lost: list[ClientInfo] = field(default_factory=list)
     errors: list[tuple[ClientInfo, RemoteEnvError]] = field(default_factory=list)
+    commands: list[tuple[ClientInfo, list[Any]]] = field(default_factory=list)  # built, not sent yet
+
+
+@dataclass(eq=False)
+class _Links:
+    """A member's links: its ZeroMQ ``route`` (probes; everything, without a data channel), and the
+    link its membership's messages travel on (``data``: the route, or its channel)."""
+
+    route: Route
+    data: Route | Channel
 
 
 class SlotServer:
@@ -150,19 +167,20 @@ class SlotServer:
         launcher: starts clients of its own (see :class:`~gym_remote.launch.Launcher`); the server
             reserves their slots, polls it while it waits and tells it who joined, was lost or refused.
         liveness_timeout: seconds without any sign of life (heartbeats included) after which libzmq
-            closes a peer's connection, and the server declares the client lost.
+            closes a peer's connection, and the server declares the client lost; also how long a
+            member's connection may take none of the bytes sent to it.
         max_message_bytes: largest frame a peer may send.
         name: the server's name in WELCOME and logs.
         security: CURVE keys and the client keys accepted (None: plain connections).
         max_connections: connections open at once beyond which new ones are refused (default
             ``4 * num_envs + 64``); also the length of the waiting line.
         handshake_rate: connection handshakes per second one network address may start.
-        spin: seconds a wait for replies busy-checks the socket before it sleeps in libzmq, while
-            replies have lately come within that time (0: never). Waking a sleeping thread costs
-            tens of microseconds, as much as a cheap env's whole step; a spin that would not pay
-            (slow envs) is skipped, so it costs CPU only while replies come fast.
+        spin: seconds a wait for replies busy-checks the links before it sleeps, while replies have
+            lately come within that time (0: never). Waking a sleeping thread costs tens of
+            microseconds, as much as a cheap env's whole step; a spin that would not pay (slow envs)
+            is skipped, so it costs CPU only while replies come fast.
         data_plane: serve clients on this machine that offer it over a data channel (a Unix socket,
-            :mod:`gym_remote.channel`) instead of ZeroMQ; False: every message travels over ZeroMQ.
+            :mod:`gym_remote.links.channel`) instead of ZeroMQ; False: every message travels over ZeroMQ.
     """
 
     def __init__(
@@ -205,56 +223,52 @@ class SlotServer:
             max_waiting=self.max_connections,
         )
         self.observation_leaves: list[np.ndarray] | None = None
-        self._events: list[Joined | Lost] = []
+        self._events: deque[Joined | Lost] = deque()  # what happened, for the owner to take (peek_event)
         self._seq = 0
         self._awaited: dict[bytes, dict[int, Exchange]] = {}  # identity -> seq -> the exchange awaiting its reply
+        # identity -> seqs of the commands sent on a member's route whose replies have not come, oldest first
+        # (abandoned ones too): a client answers in order, so a reply that lost its header is the oldest
+        self._owed: dict[bytes, deque[int]] = {}
         self._last_checks = 0.0
-        # the same-host data plane: the listener, the channels of members (and of clients in line), by identity
-        self._listener: Listener | None = None
-        self._channels: dict[bytes, Channel] = {}
+        self._links: dict[bytes, _Links] = {}  # members' links, by identity
         self._offered: dict[bytes, Channel] = {}  # channels of clients not (yet) admitted: in line
-        self._channel_of_fd: dict[int, bytes] = {}
-        self._fds = select.poll()  # the channels' descriptors and the ROUTER socket's (see _next_message)
-        self._message: zmq.Socket | Record  # where the rest of the message being handled is read from
+        self._connections: dict[bytes, Any] = {}  # what libzmq told of the connection of each HELLO's sender
+        self._unclaimed_channels: set[str] = set()  # client names already told why they got no channel
 
         self.security = security
-        self.context = zmq.Context()  # its own: the gatekeeper answers for every socket of its context
+        self.context = new_context()  # its own: the gatekeeper answers for every socket of its context
         self.gatekeeper = Gatekeeper(
             self.context,
             security.authorized if security is not None else None,
             max_connections=self.max_connections,
             handshake_rate=handshake_rate,
         )
-        sock = self.context.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
-        sock.setsockopt(zmq.RCVTIMEO, int(POLL_SECONDS * 1000))
-        sock.setsockopt(zmq.SNDTIMEO, int(POLL_SECONDS * 1000))
-        sock.setsockopt(zmq.SNDHWM, SEND_HWM)
-        transport.set_heartbeats(sock, liveness_timeout)
-        if security is not None:
-            security.apply(sock)
-        self.gatekeeper.watch(sock)
-        self.gatekeeper.start()
         try:
-            sock.bind(bind)
-        except zmq.ZMQError as error:
-            self.gatekeeper.close(sock)
-            sock.close()
-            transport.terminate(self.context)
-            raise OSError(f"cannot bind {bind!r}: {error}") from None
-        self.socket = sock
-        self._message = sock
-        self._fds.register(sock.get(zmq.FD), select.POLLIN)
-        self.address = _connectable(sock.getsockopt_string(zmq.LAST_ENDPOINT))
-        if channel.wanted(data_plane):
+            self.router = Router(
+                self.context,
+                bind,
+                liveness_timeout=liveness_timeout,
+                max_message_bytes=self.max_message_bytes,
+                security=security,
+                gatekeeper=self.gatekeeper,
+                tell_peer=_is_hello,
+            )
+        except OSError:
+            self.gatekeeper.close()
+            terminate(self.context)
+            raise
+        self.gatekeeper.start()
+        self.address = _connectable(self.router.bound)
+        listener = None
+        if data_plane:
             try:
-                self._listener = Listener(channel.address_for(self.address), max_frame_bytes=self.max_message_bytes)
+                listener = Listener(address_for(self.address), max_frame_bytes=self.max_message_bytes)
             except OSError as error:  # e.g. the name is taken: another server binds this endpoint too
                 logger.warning(
                     "no same-host data plane for %s (every message goes over ZeroMQ): %s", self.address, error
                 )
+        self.listener = listener
+        self.mux = Multiplexer(self.router, listener)
         logger.info(
             "server %s listening on %s for %d slots (%s)",
             name,
@@ -271,10 +285,14 @@ class SlotServer:
         for client in self.members.clients.values():
             self._prepare_targets(client)
 
-    def take_events(self) -> list[Joined | Lost]:
-        """What happened since the last call (joins and losses, in order); the queue is emptied."""
-        events, self._events = self._events, []
-        return events
+    def peek_event(self) -> Joined | Lost | None:
+        """The oldest of what happened that its owner has not taken yet (joins and losses, in order), or None."""
+        return self._events[0] if self._events else None
+
+    def pop_event(self) -> None:
+        """The oldest event is taken care of (see :meth:`peek_event`)."""
+        if self._events:
+            self._events.popleft()
 
     @property
     def has_events(self) -> bool:
@@ -309,11 +327,6 @@ class SlotServer:
                 )
             self._poll_once()
 
-    def release(self, slots: Sequence[int]) -> None:
-        """Let joining clients (and those waiting in line) take the quarantined ``slots`` again."""
-        self.members.release(slots)
-        self._admit_waiters()
-
     def poll(self) -> None:
         """Handle the control messages that arrived (joins, leaves), waiting at most ``POLL_SECONDS``."""
         self._poll_once()
@@ -330,7 +343,7 @@ class SlotServer:
         )
         if tell:
             self._try_send(client.identity, protocol.message(Kind.EVICT, {"reason": reason}))
-        self._close_channel(client.identity)
+        self._drop_links(client.identity)
         self._events.append(Lost(client, reason))
         if self.launcher is not None:
             self.launcher.on_lost(client)
@@ -354,22 +367,48 @@ class SlotServer:
         """Send one command to each of ``clients``; their replies land in ``sink`` while the server waits.
 
         ``build(client, seq)`` makes the command's frames (for all clients before any is sent, so that a
-        value that cannot be encoded stops the command everywhere). Replies are handled by :meth:`wait`
-        (of this or any later exchange), in arrival order. A client that goes away meanwhile (it left,
-        its connection dropped, its launcher found its process dead) or sends a malformed reply is
-        declared lost (:meth:`lose`) and listed in ``Exchange.lost``.
+        value that cannot be encoded stops the command everywhere). Sends never block. Replies are
+        handled by :meth:`wait` (of this or any later exchange), in arrival order. A client that goes
+        away meanwhile (it left, its link broke, its launcher found its process dead) or sends a
+        malformed reply is declared lost (:meth:`lose`) and listed in ``Exchange.lost``.
         """
-        seq = self.next_seq()
-        commands = [(client, build(client, seq)) for client in clients]
-        exchange = Exchange(seq, reply_kind, sink, what)
-        for client, frames in commands:
-            if self.send(client, frames):
-                exchange.pending[client.identity] = client
-                exchange.sent_at[client.identity] = time.monotonic()
-                self._awaited.setdefault(client.identity, {})[seq] = exchange
-            else:
-                exchange.lost.append(client)
+        exchange = self.prepare(clients, build, sink, reply_kind=reply_kind, what=what)
+        self.launch(exchange)
         return exchange
+
+    def prepare(
+        self,
+        clients: Sequence[ClientInfo],
+        build: Callable[[ClientInfo, int], list[Any]],
+        sink: Sink,
+        *,
+        reply_kind: Kind,
+        what: str,
+    ) -> Exchange:
+        """The exchange :meth:`start` would send, built but not sent (:meth:`launch` sends it): so that its
+        owner can record it before anything goes out."""
+        seq = self.next_seq()
+        exchange = Exchange(seq, reply_kind, sink, what)
+        exchange.commands = [(client, build(client, seq)) for client in clients]
+        return exchange
+
+    def launch(self, exchange: Exchange) -> None:
+        """Send the commands of a prepared exchange. An interrupt while sending abandons it: replies to what
+        went out are dropped as late, and the exchange awaits nothing."""
+        commands, exchange.commands = exchange.commands, []
+        seq = exchange.seq
+        try:
+            for client, frames in commands:
+                exchange.pending[client.identity] = client
+                self._awaited.setdefault(client.identity, {})[seq] = exchange
+                exchange.sent_at[client.identity] = time.monotonic()
+                self._owe(client.identity, seq)
+                if not self.send(client, frames) and exchange.pending.pop(client.identity, None) is not None:
+                    self._unawait(client.identity, seq)  # (a client lost while sending is listed by lose())
+                    exchange.lost.append(client)
+        except BaseException:
+            self.abandon(exchange)
+            raise
 
     def wait(self, done: Callable[[], bool], deadline: float) -> bool:
         """Handle messages (replies, joins, leaves) until ``done()``; False if ``deadline`` passed first.
@@ -377,7 +416,7 @@ class SlotServer:
         ``done`` is asked after every message and must not change anything.
         """
         while not done():
-            self._poll_once(spin=True)
+            self._poll_once(spin=True, deadline=deadline)
             if time.monotonic() > deadline and not done():
                 return False
         return True
@@ -430,103 +469,17 @@ class SlotServer:
             raise min((error for _, error in exchange.errors), key=lambda error: (error.slot is None, error.slot or 0))
         return exchange.lost
 
-    def _dispatch(self, identity: bytes, header: protocol.Header, frame: bytes) -> None:
-        """Hand a message to the exchange awaiting it, or handle it as a control message."""
-        exchange = self._awaited.get(identity, {}).get(header.seq)
-        if exchange is None:
-            self._handle_other(identity, header, frame)
-            return
-        client = exchange.pending.pop(identity)
-        self._unawait(identity, header.seq)
-        if header.version != protocol.PROTOCOL_VERSION:
-            self._drain()
-            logger.error("%s sent a malformed reply: protocol version %d", client.describe(), header.version)
-            exchange.lost.append(client)
-            self.lose(client, f"it sent a malformed reply in protocol version {header.version}")
-            return
-        client.latency = time.monotonic() - exchange.sent_at[identity]
-        client.last_seen = time.monotonic()
-        try:
-            if header.kind == exchange.reply_kind:
-                self._land(exchange.sink, client, header, frame)
-            elif header.kind == Kind.ERROR:
-                exchange.errors.append(
-                    (client, self._remote_error(client, self.recv_value(client, header), exchange.what))
-                )
-            elif header.kind == Kind.BYE:
-                self._drain()
-                exchange.lost.append(client)
-                self.lose(client, "it left", tell=False)
-            else:
-                raise ProtocolError(
-                    f"expected {exchange.reply_kind.name} for {exchange.what}, got {kind_name(header.kind)}"
-                )
-        except ProtocolError as error:
-            self._drain()
-            logger.error("%s sent a malformed reply to %s: %s", client.describe(), exchange.what, error)
-            exchange.lost.append(client)
-            self.lose(client, f"it sent a malformed reply to {exchange.what}: {error}")
-
-    def _land(self, sink: Sink, client: ClientInfo, header: protocol.Header, frame: bytes) -> None:
-        """Receive the rest of a reply into ``sink``: a RESULT's array frames into its targets, then its value."""
-        if header.kind != Kind.RESULT:
-            sink.land(client, header, None, self.recv_value(client, header))
-            return
-        transport.recv_into(self._message, sink.targets(client, header), "RESULT")
-        if header.flags & FLAG_VALUE:
-            value = self.recv_value(client, header)
-        elif self.has_more():
-            raise ProtocolError("RESULT has frames after its observations but no value section")
-        else:
-            value = None
-        sink.land(client, header, frame, value)
-        client.steps += 1
-
-    def _unawait(self, identity: bytes, seq: int) -> None:
-        awaited = self._awaited.get(identity)
-        if awaited is not None:
-            awaited.pop(seq, None)
-            if not awaited:
-                del self._awaited[identity]
-
     def send(self, client: ClientInfo, frames: list[Any]) -> bool:
-        """Send one message to ``client``; if it cannot be routed any more, declare it lost and return False."""
-        data = self._channels.get(client.identity)
-        if data is not None:
-            try:
-                data.send(frames, self.liveness_timeout)
-                return True
-            except ChannelClosed as error:
-                reason = f"its data channel closed ({error})"
-            except TimeoutError:
-                reason = f"it took nothing from its data channel for {self.liveness_timeout:g} s"
-            self.lose(client, reason, tell=False)
+        """Send one message to ``client`` on its link; if the link is broken, declare it lost and return False."""
+        links = self._links.get(client.identity)
+        if links is None:
             return False
         try:
-            transport.send_frames(self.socket, [client.identity, *frames])
+            links.data.send(frames)
             return True
-        except zmq.ZMQError as error:
-            if error.errno == zmq.EHOSTUNREACH:
-                reason = "its connection is gone"
-            elif error.errno == zmq.EAGAIN:
-                reason = f"its queue is full: it has not read anything for long (over {SEND_HWM} messages)"
-            else:
-                raise
-        self.lose(client, reason, tell=False)
-        return False
-
-    def has_more(self) -> bool:
-        """Whether the current message has more frames."""
-        return bool(self._message.get(transport.RCVMORE))
-
-    def recv_value(self, client: ClientInfo, header: protocol.Header) -> Any:
-        """The value section that ends the current message (None if the header has none)."""
-        frames = transport.recv_rest(self._message)
-        if not header.flags & FLAG_VALUE:
-            if frames:
-                raise ProtocolError(f"{len(frames)} unexpected frames without a value section")
-            return None
-        return protocol.read_value(frames, allow_pickle=client.trusted)
+        except LinkBroken as error:
+            self.lose(client, str(error), tell=False)
+            return False
 
     # -- observability -----------------------------------------------------------------------------
 
@@ -543,12 +496,13 @@ class SlotServer:
             "clients": len(self.members.clients),
             "waiting": len(self.members.waiting),
             "recent_refusals": list(self.members.refusals),
+            "data_channel_refusals": dict(self.listener.refused) if self.listener is not None else {},
         }
 
     # -- closing -----------------------------------------------------------------------------------
 
     def close(self, timeout: float = 5.0, gone: Callable[[ClientInfo], bool] | None = None) -> None:
-        """Send CLOSE to every client (and waiter), wait up to ``timeout`` for their BYE, close the socket.
+        """Send CLOSE to every client (and waiter), wait up to ``timeout`` for their BYE, close the links.
 
         ``gone(client)`` tells of clients known to be dead already, which are not waited for.
         """
@@ -562,177 +516,51 @@ class SlotServer:
             self._try_send(identity, [protocol.pack_header(Kind.CLOSE, seq)])
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
-            message = self._next_message(spin=False)
-            if message:
-                self._drain()
-                if message[1].kind == Kind.BYE:
-                    waiting.discard(message[0])
+            event = self.mux.next(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+            if isinstance(event, Arrival):
+                event.source.consume()
+                event.message.skip_rest()
+                if _kind_of(event.header) == Kind.BYE:
+                    waiting.discard(event.identity)
+            elif isinstance(event, Broken):
+                waiting.discard(event.identity)
+                self._drop_links(event.identity)
         if waiting:
             logger.warning("%d client(s) did not acknowledge CLOSE within %g s", len(waiting), timeout)
         self.members.clear()
-        for identity in [*self._channels, *self._offered]:
-            self._close_channel(identity)
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        self.gatekeeper.close(self.socket)
-        self.socket.close(linger=0)
-        transport.terminate(self.context)
+        for identity in [*self._links, *self._offered]:
+            self._drop_links(identity)
+        if self.listener is not None:
+            self.listener.close()
+        self.gatekeeper.close(self.router.socket)
+        self.router.close()
+        terminate(self.context)
 
-    # -- internals ---------------------------------------------------------------------------------
+    # -- waiting -----------------------------------------------------------------------------------
 
-    def _receive(self) -> tuple[bytes, protocol.Header, bytes] | None:
-        """The next message's routing id, header and header frame; None if it was malformed (then dropped).
-
-        A malformed message from a client whose reply is awaited makes that client lost.
-
-        Raises:
-            zmq.Again: no message came within ``POLL_SECONDS``.
-        """
-        identity = self.socket.recv()
-        self._message = self.socket
-        try:
-            frame = self.socket.recv()
-            return identity, protocol.parse_header(frame), frame
-        except ProtocolError as error:
-            self._drain()
-            client = self.members.clients.get(identity) if identity in self._awaited else None
-            if client is not None:
-                logger.error("%s sent a malformed reply: %s", client.describe(), error)
-                self.lose(client, f"it sent a malformed reply: {error}")
-            else:
-                logger.warning("dropping a malformed message from peer %s: %s", identity.hex()[:16], error)
-                self._try_send(identity, _error_message(str(error)))
-            return None
-        except BaseException:  # interrupted mid-message: the next receive must start at a message's start
-            self._drain()
-            raise
-
-    def _poll_once(self, spin: bool = False) -> None:
-        """Handle the next message (waiting at most ``POLL_SECONDS`` for it), then the periodic checks.
+    def _poll_once(self, spin: bool = False, deadline: float | None = None) -> None:
+        """Handle the next event (waiting at most ``POLL_SECONDS`` for one), then the periodic checks.
 
         ``spin``: a wait for replies, which first busy-checks for them while replies come fast.
         """
+        timeout = POLL_SECONDS if deadline is None else min(POLL_SECONDS, max(0.0, deadline - time.monotonic()))
+        spinning = self.spin if spin and self._typical_wait < self.spin else 0.0
         waiting_since = time.perf_counter()
-        message = self._next_message(spin)
+        event = self.mux.next(timeout, spinning)
         if spin:
             self._typical_wait += 0.25 * (time.perf_counter() - waiting_since - self._typical_wait)
-        if message:
-            try:
-                self._dispatch(*message)
-            except BaseException:  # interrupted mid-message (e.g. Ctrl-C): drop the rest of it
-                self._drain()
-                raise
+        if isinstance(event, Arrival):
+            self._handle(event)
+        elif isinstance(event, Broken):
+            self._on_broken(event)
+        elif isinstance(event, CutShort):
+            self._on_cut_short(event)
         # also while messages keep coming: a dead client among busy ones must still be noticed
         self._checks()
 
-    def _next_message(self, spin: bool) -> tuple[bytes, protocol.Header, bytes] | None:
-        """The next message from the ROUTER socket or a data channel, waiting at most ``POLL_SECONDS``.
-
-        None if none came, or if what came was malformed or a channel closing (then handled).
-        ``spin``: busy-check first (see ``spin``), while replies have lately come within that time.
-        """
-        if spin and self._typical_wait < self.spin:
-            message = self._spin_for_message(time.perf_counter() + self.spin)
-            if message is not None:
-                return message or None
-        if not self._channels:
-            try:
-                return self._receive()
-            except zmq.Again:
-                return None
-        for identity, data in self._channels.items():  # a record already received needs no syscall
-            if data.buffered():
-                return self._read_channel(identity, data) or None
-        # One poll() for the channels and the ROUTER socket. libzmq's descriptor only signals that the
-        # socket's state may have changed, and is reset by reading ZMQ_EVENTS: so the events are read
-        # before every sleep, and a message that arrives after that read wakes the poll.
-        deadline = time.monotonic() + POLL_SECONDS
-        events, readable = self.socket.get, _POLLIN
-        while True:
-            if events(_EVENTS) & readable:
-                try:
-                    return self._receive()
-                except zmq.Again:
-                    continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            for fd, _ in self._fds.poll(int(remaining * 1000) + 1):
-                identity = self._channel_of_fd.get(fd)
-                if identity is not None:  # else the ROUTER's descriptor: its events are read above
-                    message = self._read_channel(identity, self._channels[identity])
-                    if message is not None:
-                        return message or None
-
-    def _spin_for_message(self, until: float) -> tuple[bytes, protocol.Header, bytes] | tuple[()] | None:
-        """Busy-check the ROUTER socket and the data channels until a message is there or ``until`` passed."""
-        events, clock, readable = self.socket.get, time.perf_counter, _POLLIN
-        while clock() < until:
-            if events(_EVENTS) & readable:
-                try:
-                    return self._receive()
-                except zmq.Again:
-                    return None
-            for identity, data in list(self._channels.items()):
-                message = self._read_channel(identity, data)
-                if message is not None:
-                    return message
-        return None
-
-    def _read_channel(self, identity: bytes, data: Channel) -> tuple[bytes, protocol.Header, bytes] | tuple[()] | None:
-        """The next message on a member's data channel; None if none is in yet, ``()`` if the channel broke
-        or sent a malformed message (its client is then lost)."""
-        client = self.members.clients.get(identity)
-        try:
-            record = data.read()
-            if record is None:
-                return None
-            frame = record.recv()
-            header = protocol.parse_header(frame)
-        except ChannelClosed as error:
-            reason = f"its data channel closed ({error})"
-        except ProtocolError as error:
-            logger.error("%s sent a malformed message on its data channel: %s", _describe(client, identity), error)
-            reason = f"it sent a malformed message on its data channel: {error}"
-        else:
-            self._message = record
-            return identity, header, frame
-        if client is not None:
-            self.lose(client, reason, tell=False)
-        else:
-            self._close_channel(identity)
-        return ()
-
-    def _attach(self, client: ClientInfo) -> None:
-        """Serve ``client`` over the data channel it offered, if the server took the offer."""
-        data = self._offered.pop(client.identity, None)
-        if data is None:
-            return
-        self._channels[client.identity] = data
-        self._channel_of_fd[data.fileno()] = client.identity
-        self._fds.register(data.fileno(), select.POLLIN)
-        client.plane = "uds"
-
-    def _close_channel(self, identity: bytes) -> None:
-        """Close the data channel of ``identity`` (a member's, or one offered by a client in line), if any."""
-        data = self._offered.pop(identity, None)
-        if data is None:
-            data = self._channels.pop(identity, None)
-            if data is None:
-                return
-            fd = data.fileno()
-            self._channel_of_fd.pop(fd, None)
-            self._fds.unregister(fd)
-        data.close()
-
-    def _leave_line(self, identity: bytes) -> bool:
-        """The client in line ``identity`` gives up its place (and the data channel it offered)."""
-        self._close_channel(identity)
-        return self.members.leave_line(identity)
-
     def _checks(self) -> None:
-        """At most every ``POLL_SECONDS``: poll the launcher and probe the clients whose replies are awaited."""
+        """At most every ``POLL_SECONDS``: poll the launcher, and look at every member whose reply is awaited,
+        all in one pass: probe those not heard from lately, lose those whose connection takes no bytes."""
         now = time.monotonic()
         if now - self._last_checks < POLL_SECONDS:
             return
@@ -743,31 +571,174 @@ class SlotServer:
                     self.lose(client, f"its process exited with code {code}", tell=False)
         clients = self.members.clients
         for client in [clients[identity] for identity in self._awaited if identity in clients]:
-            if now - max(client.last_seen, client.last_probe) >= PROBE_SECONDS:
+            links = self._links.get(client.identity)
+            if links is None:
+                continue
+            stalled = links.route.stalled_for(now)
+            if stalled >= self.liveness_timeout:
+                self.lose(client, f"its connection took none of the data sent to it for {stalled:.1f} s", tell=False)
+            elif now - max(client.last_seen, client.last_probe) >= PROBE_SECONDS:
                 client.last_probe = now
-                self._probe(client)
+                self._probe(client, links.route)
 
-    def _probe(self, client: ClientInfo) -> None:
-        """Check that ``client``'s connection still routes; a busy client with a full queue is not lost."""
+    def _probe(self, client: ClientInfo, route: Route) -> None:
+        """Check that ``client``'s connection still routes."""
         try:
-            self.socket.send_multipart([client.identity, protocol.pack_header(Kind.PING)], zmq.NOBLOCK)
-        except zmq.ZMQError as error:
-            if error.errno == zmq.EHOSTUNREACH:
-                self.lose(client, "its connection is gone", tell=False)
-            elif error.errno != zmq.EAGAIN:
-                raise
+            route.send([protocol.pack_header(Kind.PING)])
+        except LinkBroken as error:
+            self.lose(client, str(error), tell=False)
 
-    def _handle_other(self, identity: bytes, header: protocol.Header, frame: bytes) -> None:
+    # -- handling what arrives ---------------------------------------------------------------------
+
+    def _handle(self, arrival: Arrival) -> None:
+        """Hand a message to the exchange awaiting it, or handle it as a control message.
+
+        The message stays current (handed out again by the next wait) until it is consumed: a reply once
+        its exchange stops awaiting it, before it lands; anything else once handled. So an interrupt never
+        loses a message unseen: a reply cut short after that point just does not land (its slot takes
+        actions again), and a control message cut short is handled again.
+        """
+        identity = arrival.identity
+        try:
+            header = protocol.parse_header(arrival.header)
+        except ProtocolError as error:
+            arrival.source.consume()
+            arrival.message.skip_rest()
+            self._on_malformed(identity, error)
+            return
+        if header.kind in _REPLY_KINDS:
+            self._settle_owed(identity, header.seq)
+        exchange = self._awaited.get(identity, {}).get(header.seq)
+        if exchange is None:
+            try:
+                self._handle_other(identity, header, arrival)
+            except Exception:
+                arrival.source.consume()
+                raise
+            arrival.source.consume()  # not if an interrupt stopped it: then it is handled again
+            return
+        client = exchange.pending.pop(identity, None)
+        self._unawait(identity, header.seq)
+        arrival.source.consume()
+        message = arrival.message
+        if client is None:  # handed out again after an interrupt cut its first handling short: it does not land
+            message.skip_rest()
+            return
+        if header.version != protocol.PROTOCOL_VERSION:
+            message.skip_rest()
+            logger.error("%s sent a malformed reply: protocol version %d", client.describe(), header.version)
+            exchange.lost.append(client)
+            self.lose(client, f"it sent a malformed reply in protocol version {header.version}")
+            return
+        client.latency = time.monotonic() - exchange.sent_at[identity]
+        client.last_seen = time.monotonic()
+        try:
+            if header.kind == exchange.reply_kind:
+                self._land(exchange.sink, client, header, arrival)
+            elif header.kind == Kind.ERROR:
+                report = self._read_value(client, header, message)
+                exchange.errors.append((client, self._remote_error(client, report, exchange.what)))
+            elif header.kind == Kind.BYE:
+                message.skip_rest()
+                exchange.lost.append(client)
+                self.lose(client, "it left", tell=False)
+            else:
+                raise ProtocolError(
+                    f"expected {exchange.reply_kind.name} for {exchange.what}, got {kind_name(header.kind)}"
+                )
+        except ProtocolError as error:
+            message.skip_rest()
+            logger.error("%s sent a malformed reply to %s: %s", client.describe(), exchange.what, error)
+            exchange.lost.append(client)
+            self.lose(client, f"it sent a malformed reply to {exchange.what}: {error}")
+
+    def _land(self, sink: Sink, client: ClientInfo, header: protocol.Header, arrival: Arrival) -> None:
+        """Receive the rest of a reply into ``sink``: a RESULT's array frames into its targets, then its value."""
+        message = arrival.message
+        if header.kind != Kind.RESULT:
+            sink.land(client, header, None, self._read_value(client, header, message))
+            return
+        message.next_into(sink.targets(client, header), "RESULT")
+        if header.flags & FLAG_VALUE:
+            value = self._read_value(client, header, message)
+        elif message.more():
+            raise ProtocolError("RESULT has frames after its observations but no value section")
+        else:
+            value = None
+        sink.land(client, header, arrival.header, value)
+        client.steps += 1
+
+    def _read_value(self, client: ClientInfo, header: protocol.Header, message: Message) -> Any:
+        """The value section that ends ``message`` (None if the header has none)."""
+        frames = message.rest()
+        if not header.flags & FLAG_VALUE:
+            if frames:
+                raise ProtocolError(f"{len(frames)} unexpected frames without a value section")
+            return None
+        return protocol.read_value(frames, allow_pickle=client.trusted)
+
+    def _on_malformed(self, identity: bytes, error: ProtocolError) -> None:
+        """A message whose header is malformed: its sender is lost if it is a member awaited, else told."""
+        client = self.members.clients.get(identity) if identity in self._awaited else None
+        if client is not None:
+            logger.error("%s sent a malformed reply: %s", client.describe(), error)
+            self.lose(client, f"it sent a malformed reply: {error}")
+        else:
+            logger.warning("dropping a malformed message from peer %s: %s", identity.hex()[:16], error)
+            self._try_send(identity, _error_message(str(error)))
+
+    def _on_broken(self, broken: Broken) -> None:
+        """A link broke: its member is lost; a client in line loses the channel it offered."""
+        client = self.members.clients.get(broken.identity)
+        if client is not None:
+            if "malformed" in broken.reason:
+                logger.error("%s: %s", client.describe(), broken.reason)
+            self.lose(client, broken.reason, tell=False)
+        else:
+            self._drop_links(broken.identity)
+
+    def _on_cut_short(self, cut: CutShort) -> None:
+        """A message an interrupt cut short while it was read (it is gone): if it was a reply, its exchange stops
+        awaiting it, as for a reply cut short while it landed (a slot in partial batches takes actions again).
+
+        Which reply: that of the command its header names, if the header is known; else, from a known sender,
+        the oldest it owes, awaited or abandoned (a client answers in order); else, if the command went to one
+        member only, that member's. If nothing awaits that reply any more (the call it answered was
+        interrupted), nothing changes.
+        """
+        try:
+            seq = protocol.parse_header(cut.header).seq if cut.header is not None else None
+        except ProtocolError:
+            seq = None
+        identity = cut.identity
+        if identity is None and seq is not None:
+            owners = [owner for owner, by_seq in self._awaited.items() if seq in by_seq]
+            if len(owners) == 1 and len(self._awaited[owners[0]][seq].pending) == 1:
+                identity = owners[0]
+        if identity is not None:
+            owed = self._owed.get(identity)
+            if cut.header is None:
+                seq = owed.popleft() if owed else None
+            elif seq is not None:
+                self._settle_owed(identity, seq)
+        awaited = self._awaited.get(identity, {}) if identity is not None else {}
+        if seq in awaited:
+            exchange = awaited[seq]
+            exchange.pending.pop(identity, None)
+            self._unawait(identity, seq)
+        logger.info("an interrupt cut short a message (sender %s, seq %s); it was dropped", identity, seq)
+
+    def _handle_other(self, identity: bytes, header: protocol.Header, arrival: Arrival) -> None:
         """A message that is not an awaited reply: a join, a leave, a late reply, or a stray."""
-        kind = header.kind
+        kind, message = header.kind, arrival.message
         if kind == Kind.HELLO:
-            self._on_hello(identity, header)
+            self._on_hello(identity, header, arrival)
             return
         client = self.members.clients.get(identity)
         if kind == Kind.ERROR and client is None:
-            self._on_start_failure()
+            self._on_start_failure(message)
             return
-        self._drain()
+        message.skip_rest()
         if kind == Kind.BYE:
             if client is not None:
                 self.lose(client, "it left", tell=False)
@@ -780,10 +751,10 @@ class SlotServer:
             client.last_seen = time.monotonic()
             logger.debug("dropping a late %s (seq %d) from %s", kind_name(kind), header.seq, client.describe())
 
-    def _on_start_failure(self) -> None:
+    def _on_start_failure(self, message: Message) -> None:
         """An ERROR from a peer that is not a member: a client whose envs failed to start."""
         try:
-            report = protocol.read_value(transport.recv_rest(self.socket))
+            report = protocol.read_value(message.rest())
             launch = report.get("launch") or {}
             text = f"{report['type']}: {report['message']}"
         except (ProtocolError, KeyError, TypeError, AttributeError) as error:
@@ -794,19 +765,19 @@ class SlotServer:
             self.launcher.failed(index, report)
         logger.error("client %r failed before joining: %s", str(report.get("name"))[:200], text)
 
-    def _on_hello(self, identity: bytes, header: protocol.Header) -> None:
+    def _on_hello(self, identity: bytes, header: protocol.Header, arrival: Arrival) -> None:
         members = self.members
         if identity in members.clients:  # a repeated HELLO: answer as before
-            self._drain()
+            arrival.message.skip_rest()
             if not self._welcome(members.clients[identity]):
                 self.lose(members.clients[identity], "its connection is gone", tell=False)
             return
         try:
-            frames, peer = self._recv_rest_and_peer()
+            frames = arrival.message.rest()
         except ProtocolError as error:  # e.g. too many frames
-            self._drain()
             self._answer(identity, members.refuse_malformed(identity, error))
             return
+        peer = arrival.peer
         hello = members.parse_hello(identity, header.version, frames)
         if isinstance(hello, Refuse):
             self._answer(identity, hello)
@@ -814,21 +785,32 @@ class SlotServer:
         previous = members.previous_member(hello)
         if previous is not None:  # the same client, reconnected: its old membership ends here
             self.lose(previous, "it reconnected as a new session", tell=False)
+        if peer is not None:
+            self._connections[identity] = peer
         self._take_offer(identity, hello)
-        self._answer(identity, members.hello(identity, hello, peer))
+        member_peer = Peer(peer.address, peer.key) if peer is not None else Peer()
+        self._answer(identity, members.hello(identity, hello, member_peer))
 
     def _take_offer(self, identity: bytes, hello: dict[str, Any]) -> None:
         """Pair the data channel a HELLO offers with the connection its client greeted (PROTOCOL.md §13)."""
         token = data_channel_token(hello)
-        if token is None or self._listener is None or type(hello.get("pid")) is not int:
+        if token is None or self.listener is None or type(hello.get("pid")) is not int:
             return
-        offered = self._listener.take(token, hello["pid"])
+        offered = self.listener.take(token, hello["pid"])
         if offered is None:
-            logger.debug(
-                "no data channel greeted with the token of %r's HELLO: it is served over ZeroMQ", hello.get("name")
-            )
+            name = str(hello.get("name"))[:200]
+            if name not in self._unclaimed_channels:  # once per client name
+                self._unclaimed_channels.add(name)
+                logger.warning(
+                    "client %r offered a data channel, but no connection from its process (pid %s) greeted with "
+                    "its token: it is served over ZeroMQ",
+                    name,
+                    hello["pid"],
+                )
             return
-        self._close_channel(identity)
+        previous = self._offered.pop(identity, None)
+        if previous is not None:
+            previous.close()
         self._offered[identity] = offered
 
     def _answer(self, identity: bytes, decision: Admit | Refuse) -> None:
@@ -840,9 +822,9 @@ class SlotServer:
             logger.debug("client waits in line: %s", decision.reason)
         else:
             logger.warning("refused a client: %s", decision.reason)
-            self._close_channel(identity)
+            self._drop_links(identity)
         answer = {"code": decision.code, "reason": decision.reason, "waiting": decision.waiting}
-        if not self._try_send(identity, protocol.message(Kind.REFUSE, answer)) and decision.waiting:
+        if not self.router.try_send(identity, protocol.message(Kind.REFUSE, answer)) and decision.waiting:
             self._leave_line(identity)  # it is gone: it does not hold a place in line
         if decision.launch_index is not None and self.launcher is not None:
             self.launcher.refused(decision.launch_index, decision)
@@ -857,12 +839,13 @@ class SlotServer:
         self._attach(client)
         self._prepare_targets(client)
         logger.info(
-            "%s joined from %s (pid %d, %s%s); %d of %d slots served",
+            "%s joined from %s (pid %d, %s%s, over %s); %d of %d slots served",
             client.describe(),
             client.host,
             client.pid,
             client.peer_address or "local",
             f", key {client.key!r}" if client.key else "",
+            "its data channel" if client.plane == "uds" else "ZeroMQ",
             self.members.served,
             self.num_envs,
         )
@@ -871,6 +854,32 @@ class SlotServer:
             self.launcher.on_join(client)
         if first:
             self._admit_waiters()  # those that waited for the spaces to be known
+
+    def _attach(self, client: ClientInfo) -> None:
+        """The links of a new member: its route, and the data channel it offered if the server took it."""
+        identity = client.identity
+        route = self.router.route(identity, self._connections.pop(identity, None))
+        channel = self._offered.pop(identity, None)
+        self._links[identity] = _Links(route, channel if channel is not None else route)
+        if channel is not None:
+            self.mux.add(identity, channel)
+            client.plane = "uds"
+
+    def _drop_links(self, identity: bytes) -> None:
+        """Forget the links of ``identity`` (a member's, or the channel a client in line offered) and close
+        its data channel."""
+        self._connections.pop(identity, None)
+        self._owed.pop(identity, None)
+        channels = [self._offered.pop(identity, None), self.mux.remove(identity)]
+        self._links.pop(identity, None)
+        for channel in channels:
+            if channel is not None:
+                channel.close()
+
+    def _leave_line(self, identity: bytes) -> bool:
+        """The client in line ``identity`` gives up its place (and the data channel it offered)."""
+        self._drop_links(identity)
+        return self.members.leave_line(identity)
 
     def _admit_waiters(self) -> None:
         """Give free slots to the clients waiting in line, first come first served."""
@@ -909,32 +918,21 @@ class SlotServer:
             "liveness_timeout": self.liveness_timeout,
             "reset_first": self.members.reset_first,
             "max_message_bytes": self.max_message_bytes,
-            "data_channel": client.identity in self._offered or client.identity in self._channels,
+            "data_channel": client.identity in self._offered or client.plane == "uds",
         }
         return self._try_send(client.identity, protocol.message(Kind.WELCOME, welcome))
 
     def _try_send(self, identity: bytes, frames: list[Any]) -> bool:
-        """Send a control message to a peer that may be gone; False if it cannot be routed."""
-        data = self._channels.get(identity)
-        if data is not None:  # a member served over a data channel hears everything there, in order
-            try:
-                data.send(frames, min(1.0, self.liveness_timeout))
-                return True
-            except (ChannelClosed, TimeoutError):
-                return False
+        """Send a control message to a peer that may be gone; False if it cannot be reached. A member served
+        over a data channel hears everything there, in order (PROTOCOL.md §13.3)."""
+        links = self._links.get(identity)
+        if links is None:
+            return self.router.try_send(identity, frames)
         try:
-            self.socket.send_multipart([identity, *frames])
+            links.data.send(frames)
             return True
-        except zmq.ZMQError:
+        except LinkBroken:
             return False
-
-    def _recv_rest_and_peer(self) -> tuple[list[bytes], Peer]:
-        """The remaining frames of the current message, and who sent it."""
-        if not self.has_more():
-            return [], Peer()
-        first = self.socket.recv(copy=False)
-        rest = transport.recv_rest(self.socket)
-        return [first.bytes, *rest], Peer(_property(first, "Peer-Address"), _property(first, "User-Id"))
 
     def _remote_error(self, client: ClientInfo, report: Any, what: str) -> RemoteEnvError:
         if not isinstance(report, dict):
@@ -946,25 +944,45 @@ class SlotServer:
             f"{what} failed in {where}: {report.get('type')}: {report.get('message')}", report, slot
         )
 
-    def _drain(self) -> None:
-        transport.drain(self._message)
+    def _owe(self, identity: bytes, seq: int) -> None:
+        """Note a command ``seq`` sent to ``identity``, if its reply comes on the member's route (where an interrupt
+        can cut off a message's header; a data channel reads whole records)."""
+        links = self._links.get(identity)
+        if links is not None and links.data is links.route:
+            self._owed.setdefault(identity, deque()).append(seq)
+
+    def _settle_owed(self, identity: bytes, seq: int) -> None:
+        """The reply to ``seq`` came: no reply to it or to an older command is owed any more."""
+        owed = self._owed.get(identity)
+        if owed is not None:
+            while owed and owed[0] <= seq:
+                owed.popleft()
+            if not owed:
+                del self._owed[identity]
+
+    def _unawait(self, identity: bytes, seq: int) -> None:
+        awaited = self._awaited.get(identity)
+        if awaited is not None:
+            awaited.pop(seq, None)
+            if not awaited:
+                del self._awaited[identity]
 
 
-def _describe(client: ClientInfo | None, identity: bytes) -> str:
-    return client.describe() if client is not None else f"peer {identity.hex()[:16]}"
+_REPLY_KINDS = frozenset((Kind.RESULT, Kind.CALL_RESULT, Kind.ERROR))
+
+
+def _kind_of(header: bytes) -> int | None:
+    """The kind a header frame names (None if it is too short to name one)."""
+    return header[3] if len(header) > 3 else None
+
+
+def _is_hello(header: bytes) -> bool:
+    """Whether a header frame is a HELLO's: the router reads those whole and tells who sent them."""
+    return _kind_of(header) == Kind.HELLO
 
 
 def _error_message(text: str) -> list[Any]:
     return protocol.message(Kind.ERROR, {"type": "ProtocolError", "message": text, "traceback": "", "index": None})
-
-
-def _property(frame: zmq.Frame, name: str) -> str:
-    """A message property libzmq attached to ``frame`` ("" if there is none)."""
-    try:
-        value = frame.get(name)
-    except (zmq.ZMQError, KeyError):
-        return ""
-    return value if isinstance(value, str) else ""
 
 
 def _connectable(endpoint: str) -> str:

@@ -17,12 +17,13 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
-from gym_remote import channel, codec, commands, protocol
+from gym_remote import codec, commands, protocol
 from gym_remote.batch import ResultBatch
 from gym_remote.client import DEFAULT_SPIN_SECONDS as CLIENT_SPIN_SECONDS
 from gym_remote.episodes import Episodes
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteTimeoutError
 from gym_remote.launch import Launcher, LocalClients
+from gym_remote.links.channel import wanted as data_plane_wanted
 from gym_remote.partial import PartialBatches, format_outstanding
 from gym_remote.protocol import HAS_ATTR_QUERY, NO_OPTIONS, Kind
 from gym_remote.security import (
@@ -183,6 +184,16 @@ class RemoteVectorEnv(VectorEnv):
         security: SecurityOptions | None = None,
     ) -> None:
         super().__init__()
+        # what close() reads, set before anything can raise: Gymnasium before 1.3 closes a half-built
+        # vector env too, when it is collected (VectorEnv.__del__)
+        self._launcher: Launcher | None = None
+        self._server: SlotServer | None = None
+        # step_async / reset_async: the call whose results step_wait / reset_wait collects
+        self._waiting_for: str | None = None  # "step" or "reset"
+        self._step_call: Exchange | None = None
+        self._reset_call: _ResetCall | None = None
+        self._finalizer: weakref.finalize | None = None  # closes what a vector env dropped unclosed leaves
+
         given = SecurityOptions(
             server_key=server_key,
             authorized_keys=authorized_keys,
@@ -193,56 +204,18 @@ class RemoteVectorEnv(VectorEnv):
             handshake_rate=handshake_rate,
             max_message_bytes=max_message_bytes,
         )
-        if security is not None and given != SecurityOptions():
-            raise ValueError(
-                "give the security options as security=SecurityOptions(...) or as keyword arguments, not both"
-            )
-        self.security = security if security is not None else given
-        self._launcher: Launcher | None = None
-        self._server: SlotServer | None = None
+        self.security = _security_options(security, given)
         self.copy = copy
         self.autoreset_mode = (
             autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
         )
-        self.observation_mode = observation_mode
-        if not (observation_mode in ("same", "different") or _is_space_pair(observation_mode)):
-            raise ValueError(
-                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
-                f"observation space, actual got {observation_mode}"
-            )
-        if env_fns is not None:
-            env_fns = list(env_fns)
-            if not env_fns:
-                raise ValueError("env_fns is empty: a vector env needs at least one env")
-            if num_envs is not None and num_envs != len(env_fns):
-                raise ValueError(f"num_envs={num_envs} does not match len(env_fns)={len(env_fns)}")
-            num_envs = len(env_fns)
-            if observation_space is not None or action_space is not None:
-                raise ValueError(
-                    "observation_space and action_space are for the server form (env_fns=None); with env_fns the "
-                    "spaces come from the envs (observation_mode can set a custom batched observation space)"
-                )
-        elif num_envs is None or num_envs < 1:
-            raise ValueError("RemoteVectorEnv needs env_fns, or num_envs >= 1 for remote clients to join")
-        if (observation_space is None) != (action_space is None):
-            raise ValueError("give both observation_space and action_space, or neither")
-        self.num_envs = int(num_envs)
-        if final_info_format not in ("gymnasium", "legacy"):
-            raise ValueError(f"final_info_format must be 'gymnasium' or 'legacy', got {final_info_format!r}")
-        if final_info_format == "legacy" and self.autoreset_mode is not AutoresetMode.SAME_STEP:
-            raise ValueError(
-                "final_info_format='legacy' is Gymnasium 0.29's layout, whose autoreset happened in the same "
-                f"step: pass autoreset_mode='SameStep' too (got {self.autoreset_mode.value!r})"
-            )
-        self.final_info_format = final_info_format
-        self.batch_size = self.num_envs if batch_size is None else int(batch_size)
-        if not 1 <= self.batch_size <= self.num_envs:
-            raise ValueError(f"batch_size must be between 1 and num_envs={self.num_envs}, got {batch_size}")
-        if self.batch_size < self.num_envs and self.autoreset_mode is AutoresetMode.DISABLED:
-            raise ValueError(
-                "partial batches (batch_size < num_envs) need an autoreset mode: with AutoresetMode.DISABLED "
-                "a finished slot could only be reset with all the others"
-            )
+        self.observation_mode = _checked_observation_mode(observation_mode)
+        env_fns = list(env_fns) if env_fns is not None else None
+        self.num_envs = _checked_num_envs(env_fns, num_envs, observation_space, action_space)
+        self.final_info_format = _checked_final_info_format(final_info_format, self.autoreset_mode)
+        self.batch_size = _checked_batch_size(batch_size, self.num_envs, self.autoreset_mode)
+        if env_fns is not None and launcher is not None:
+            raise ValueError("give env_fns (local client processes) or a launcher, not both")
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.metadata = {"autoreset_mode": self.autoreset_mode}
@@ -256,69 +229,88 @@ class RemoteVectorEnv(VectorEnv):
         self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
         self._episodes = Episodes(self.num_envs, self.autoreset_mode)
         self._metadata_known = observation_space is not None  # else the first client's metadata is taken
-        # step_async / reset_async: the call whose results step_wait / reset_wait collects
-        self._waiting_for: str | None = None  # "step" or "reset"
-        self._step_call: Exchange | None = None
-        self._reset_call: _ResetCall | None = None
         self._partial: PartialBatches | None = None  # send / recv (once the spaces are known)
-        self._finalizer: weakref.finalize | None = None  # closes what a vector env dropped unclosed leaves
 
-        data_plane = channel.wanted(data_plane)
+        serving = _Serving(
+            bind=bind,
+            spin=spin,
+            liveness_timeout=liveness_timeout,
+            name=name,
+            data_plane=data_plane_wanted(data_plane),
+            observation_space=observation_space,
+            action_space=action_space,
+        )
         try:
             if env_fns is not None:
-                if launcher is not None:
-                    raise ValueError("give env_fns (local client processes) or a launcher, not both")
-                count = num_clients if num_clients is not None else min(os.cpu_count() or 1, len(env_fns))
-                if not 1 <= count <= len(env_fns):
-                    raise ValueError(f"num_clients must be between 1 and len(env_fns)={len(env_fns)}, got {count}")
-                local_processes = count
+                self._build_local_form(env_fns, num_clients, max_restarts, serving)
+            elif launcher is not None:
+                self._build_launcher_form(launcher, serving)
             else:
-                local_processes = launcher.local_processes if launcher is not None else 0
-            if spin is None:  # a spinning learner would take a core the local clients need
-                spin = default_spin(local_processes)
-            self.spin = spin
-            if env_fns is not None:
-                launcher = LocalClients(
-                    env_fns,
-                    count,
-                    connect_timeout=connect_timeout,
-                    liveness_timeout=liveness_timeout,
-                    max_restarts=max_restarts,
-                    data_plane=data_plane,
-                    spin=CLIENT_SPIN_SECONDS if spin > 0 else 0.0,  # they spin when the learner does: a core is free
-                )
-            self._launcher = launcher
-            bind = bind or (launcher.default_bind if launcher is not None else None) or "tcp://127.0.0.1:*"
-            launched = launcher is not None and bool(launcher.launches)
-            options = self.security
-            curve, local_security = _security(bind, options, launched)
-            self._server = SlotServer(
-                bind,
-                self.num_envs,
-                observation_mode=observation_mode,
-                vector_class=type(self).__name__,
-                autoreset_mode=self.autoreset_mode,
-                allow_pickle=options.allow_pickle,
-                launcher=launcher,
-                liveness_timeout=liveness_timeout,
-                max_message_bytes=options.max_message_bytes,
-                name=name,
-                security=curve,
-                max_connections=options.max_connections,
-                handshake_rate=options.handshake_rate,
-                spin=spin,
-                data_plane=data_plane,
-            )
-            if observation_space is not None:
-                self._set_spaces(observation_space, action_space)
-            if launcher is not None:
-                self._start_launcher(options.allow_pickle, local_security)
+                self._build_server_form(serving)
         except BaseException:
             self.close(timeout=0.5)  # the local clients need not finish their handshakes first
             raise
         self._finalizer = weakref.finalize(self, _release, self._server, self._launcher)
 
     # -- construction ------------------------------------------------------------------------------
+
+    def _build_local_form(
+        self, env_fns: list[Callable[[], gym.Env]], num_clients: int | None, max_restarts: int, serving: _Serving
+    ) -> None:
+        """``env_fns`` served by ``num_clients`` local processes (default: the CPU count, at most ``len(env_fns)``)."""
+        count = num_clients if num_clients is not None else min(os.cpu_count() or 1, len(env_fns))
+        if not 1 <= count <= len(env_fns):
+            raise ValueError(f"num_clients must be between 1 and len(env_fns)={len(env_fns)}, got {count}")
+        spin = serving.learner_spin(count)
+        clients = LocalClients(
+            env_fns,
+            count,
+            connect_timeout=self.connect_timeout,
+            liveness_timeout=serving.liveness_timeout,
+            max_restarts=max_restarts,
+            data_plane=serving.data_plane,
+            spin=CLIENT_SPIN_SECONDS if spin > 0 else 0.0,  # they spin when the learner does: a core is free
+        )
+        self._serve(serving, clients, spin)
+
+    def _build_launcher_form(self, launcher: Launcher, serving: _Serving) -> None:
+        """The clients ``launcher`` starts (e.g. Ray actors), and any that join as remote clients do."""
+        self._serve(serving, launcher, serving.learner_spin(launcher.local_processes))
+
+    def _build_server_form(self, serving: _Serving) -> None:
+        """Only listen: remote clients join."""
+        self._serve(serving, None, serving.learner_spin(0))
+
+    def _serve(self, serving: _Serving, launcher: Launcher | None, spin: float) -> None:
+        """Listen (on ``bind``, else where ``launcher`` says, else on loopback), take the spaces if given,
+        and start the launcher's clients."""
+        self.spin = spin
+        self._launcher = launcher
+        bind = serving.bind or (launcher.default_bind if launcher is not None else None) or "tcp://127.0.0.1:*"
+        launched = launcher is not None and bool(launcher.launches)
+        options = self.security
+        curve, local_security = _security(bind, options, launched)
+        self._server = SlotServer(
+            bind,
+            self.num_envs,
+            observation_mode=self.observation_mode,
+            vector_class=type(self).__name__,
+            autoreset_mode=self.autoreset_mode,
+            allow_pickle=options.allow_pickle,
+            launcher=launcher,
+            liveness_timeout=serving.liveness_timeout,
+            max_message_bytes=options.max_message_bytes,
+            name=serving.name,
+            security=curve,
+            max_connections=options.max_connections,
+            handshake_rate=options.handshake_rate,
+            spin=spin,
+            data_plane=serving.data_plane,
+        )
+        if serving.observation_space is not None:
+            self._set_spaces(serving.observation_space, serving.action_space)
+        if launcher is not None:
+            self._start_launcher(options.allow_pickle, local_security)
 
     def _start_launcher(self, allow_pickle: bool | None, security: ClientSecurity | None) -> None:
         """Start the launcher's clients; wait for those it launches with reserved slots (slot 0 brings the spaces)."""
@@ -334,16 +326,19 @@ class RemoteVectorEnv(VectorEnv):
         self._drain_events()  # the first to join, slot 0's client (the others wait for it), brings the spaces
 
     def _drain_events(self) -> None:
-        """Take in what the server saw happen during its last wait: joins and losses of clients."""
-        for event in self._server.take_events():
+        """Take in what the server saw happen during its last wait: joins and losses of clients.
+
+        Each event leaves the server's queue only once taken in (taking one in twice changes nothing), so
+        an interrupt loses none."""
+        server = self._server
+        while (event := server.peek_event()) is not None:
             client = event.client
             if isinstance(event, Joined):
                 if not self._metadata_known:  # the client that brought the spaces
                     self._adopt_first_client(client)
             else:  # Lost: its episodes end (reported by the next step) and its slots wait for a new client
-                self._episodes.client_lost(client.slots, event.reason)
-                if self._partial is not None:
-                    self._partial.client_lost(client.slots)
+                self._episodes.client_lost(client.slots, event.reason, client.identity)
+            server.pop_event()
 
     def _adopt_first_client(self, client: ClientInfo) -> None:
         """Take metadata, render mode and (when not given) the spaces from a client's first env."""
@@ -495,8 +490,14 @@ class RemoteVectorEnv(VectorEnv):
 
         Waits up to ``connect_timeout`` for clients to serve every slot that is reset.
         """
-        self.reset_async(seed=seed, options=options)
-        return self.reset_wait()
+        pending = self._reset_call
+        try:
+            self.reset_async(seed=seed, options=options)
+            return self.reset_wait()
+        except BaseException:
+            if self._reset_call is not pending:
+                self._abandon_pending("reset")
+            raise
 
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Send the resets of :meth:`reset` and return at once; :meth:`reset_wait` collects them.
@@ -552,8 +553,14 @@ class RemoteVectorEnv(VectorEnv):
         the slots not reset): per env, not batched.
         """
         slots = _slot_numbers(list(slots), self.num_envs, "slots").tolist()
-        self._reset_async_slots(slots, seed, NO_OPTIONS if options is None else options)
-        self._collect_reset(timeout)
+        pending = self._reset_call
+        try:
+            self._reset_async_slots(slots, seed, NO_OPTIONS if options is None else options)
+            self._collect_reset(timeout)
+        except BaseException:
+            if self._reset_call is not pending:
+                self._abandon_pending("reset")
+            raise
         return self._batch.observations_out(self.copy), self._batch.per_env_infos()[0]
 
     def _collect_reset(self, timeout: float | None) -> None:
@@ -575,8 +582,14 @@ class RemoteVectorEnv(VectorEnv):
         client's reset, which this call waits for. A slot without a client otherwise waits for one
         (up to ``connect_timeout``).
         """
-        self.step_async(actions)
-        return self.step_wait()
+        pending = self._step_call  # a step_async of the caller's own, which this call must leave alone
+        try:
+            self.step_async(actions)
+            return self.step_wait()
+        except BaseException:
+            if self._step_call is not pending:  # an interrupt between the two halves leaves no step pending
+                self._abandon_pending("step")
+            raise
 
     def step_async(self, actions: Any) -> None:
         """Send the actions of :meth:`step` and return at once; :meth:`step_wait` collects the results.
@@ -597,8 +610,9 @@ class RemoteVectorEnv(VectorEnv):
         )(commands.whole)
         self._batch.clear_infos()
         stepped = self._wait_for_clients(self._episodes.still_running)
+        landing = self._batch.landing(arrivals=[])  # (slot, seq) of each result that lands
         self._step_call = self._server.start(
-            self._server.members.clients_of(stepped), build, self._batch.landing(), reply_kind=Kind.RESULT, what="step"
+            self._server.members.clients_of(stepped), build, landing, reply_kind=Kind.RESULT, what="step"
         )
         self._waiting_for = "step"
 
@@ -637,7 +651,9 @@ class RemoteVectorEnv(VectorEnv):
             self._server.finish(exchange, time.monotonic() + timeout, timeout)
         finally:
             self._drain_events()
-        self._report_lost_slots()
+        if self._episodes.any_unreported:  # (a slot whose result landed returns it; a loss after it waits a step)
+            landed = {slot for slot, _ in exchange.sink.arrivals}
+            self._report_lost_slots([slot for slot in range(self.num_envs) if slot not in landed])
         batch = self._batch
         batch.gather()
         np.logical_or(batch.terminations, batch.truncations, out=self._autoreset_envs)
@@ -671,7 +687,7 @@ class RemoteVectorEnv(VectorEnv):
         batch.terminations[:] = False
         batch.truncations[:] = False
         self._autoreset_envs[:] = False
-        self._free_for_reset(set(range(self.num_envs)), drop_reports=True)
+        self._episodes.forget(range(self.num_envs))
         self._start_episodes()
         self._partial.reset_all(seed, options)
 
@@ -727,30 +743,32 @@ class RemoteVectorEnv(VectorEnv):
         """
         self._check_partial("recv")
         partial = self._partial
-        outstanding = int(np.count_nonzero(partial.table.busy)) if partial is not None else 0
-        if not outstanding:
-            raise NoAsyncCallError(
-                "Calling `recv` with no slot in flight: send() actions (or async_reset()) first", "send"
-            )
-        size = min(self.batch_size, outstanding)
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         server = self._server
         while True:
-            self._drain_events()
-            partial.dispatch_parked()
-            error = partial.collect()
-            if error is not None:
-                raise error
-            if len(partial.table.ready) >= size:
+            if partial is not None:
+                self._drain_events()
+                partial.dispatch_parked()
+                self._drain_events()  # losses while sending them: collect() reports those it finds
+                error = partial.collect()
+                if error is not None:
+                    raise error
+            outstanding = int(np.count_nonzero(partial.table.busy)) if partial is not None else 0
+            if not outstanding:  # (a result an interrupt cut short leaves its slot idle)
+                raise NoAsyncCallError(
+                    "Calling `recv` with no slot in flight: send() actions (or async_reset()) first", "send"
+                )
+            size = min(self.batch_size, outstanding)
+            if partial.table.ready_count() >= size:
                 return partial.take(size)
             if time.monotonic() > deadline:
                 raise RemoteTimeoutError(
-                    f"recv() timed out after {timeout:g} s: {len(partial.table.ready)} of the {size} results it "
+                    f"recv() timed out after {timeout:g} s: {partial.table.ready_count()} of the {size} results it "
                     f"waits for arrived; {format_outstanding(partial.table)} (they stay in flight: a later recv() "
                     "returns them)"
                 )
-            server.wait(lambda: partial.has_news(size) or server.has_events, deadline)
+            server.wait(lambda size=size: partial.has_news(size) or server.has_events, deadline)
 
     def render(self) -> tuple[Any, ...]:
         """The sub-envs' rendered frames, one per slot."""
@@ -824,6 +842,16 @@ class RemoteVectorEnv(VectorEnv):
 
     # -- internals ---------------------------------------------------------------------------------
 
+    def _abandon_pending(self, call: str) -> None:
+        """Forget a ``call`` (``"step"`` or ``"reset"``) whose ``*_async`` half went out and whose ``*_wait`` half
+        never came (its replies are dropped as late)."""
+        if self._waiting_for != call:
+            return
+        exchange = self._step_call if call == "step" else (self._reset_call.exchange if self._reset_call else None)
+        self._waiting_for = self._step_call = self._reset_call = None
+        if exchange is not None:
+            self._server.abandon(exchange)
+
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedEnvironmentError(f"{type(self).__name__} is closed; it cannot be used any more")
@@ -881,19 +909,18 @@ class RemoteVectorEnv(VectorEnv):
         self,
         slots_needed: Callable[[], list[int]],
         resetting: set[int] = frozenset(),
-        drop_reports: bool = True,
         deadline: float | None = None,
     ) -> list[int]:
         """Wait (up to ``connect_timeout``, or ``deadline``) until the slots ``slots_needed()`` names all have a client.
 
         The slots needed are asked again after every message handled, as clients may be lost meanwhile.
-        ``resetting``: slots about to be reset, which a new client may take at once (see _free_for_reset).
+        ``resetting``: slots about to be reset, whose losses meanwhile need no report (a new episode starts).
         """
         start = time.monotonic()
         end = start + self.connect_timeout if deadline is None else min(deadline, start + self.connect_timeout)
         while True:
             self._drain_events()
-            self._free_for_reset(resetting, drop_reports)
+            self._episodes.forget(resetting)
             slots = slots_needed()
             empty = self._server.members.empty_slots(slots)
             if not empty:
@@ -911,7 +938,8 @@ class RemoteVectorEnv(VectorEnv):
         """
         call = _ResetCall(list(slots), set(slots), seed, options, what, drop_reports)
         self._drain_events()
-        self._free_for_reset(call.remaining, drop_reports)
+        if drop_reports:
+            self._episodes.forget(call.remaining)
         self._send_resets(call)
         return call
 
@@ -923,6 +951,7 @@ class RemoteVectorEnv(VectorEnv):
         plans = commands.plans_for(owners, served)
         plan_of = commands.lookup(plans)
         build = commands.reset(call.seed, call.options, plan_of)
+        call.reset_by.update((slot, owners[slot].identity) for slot in served)
         call.exchange = self._server.start(
             self._server.members.clients_of(served),
             build,
@@ -944,7 +973,7 @@ class RemoteVectorEnv(VectorEnv):
                     try:
                         self._server.finish(exchange, time.monotonic() + round_timeout, round_timeout)
                     finally:
-                        call.remaining.difference_update(call.landed)
+                        call.remaining.difference_update(slot for slot, _ in call.landed)
                         self._drain_events()
                 if not call.remaining:
                     return
@@ -953,7 +982,8 @@ class RemoteVectorEnv(VectorEnv):
                         f"{call.what}: slots {protocol.format_slots(sorted(call.remaining))} were not reset within "
                         f"{total:g} s: they lost their clients, or had none; see the log for why"
                     )
-                self._wait_for_clients(lambda: sorted(call.remaining), call.remaining, call.drop_reports, deadline)
+                resetting = call.remaining if call.drop_reports else frozenset()
+                self._wait_for_clients(lambda: sorted(call.remaining), resetting, deadline)
                 self._send_resets(call)
         finally:
             if call.exchange is not None:  # interrupted before its round was awaited
@@ -961,35 +991,28 @@ class RemoteVectorEnv(VectorEnv):
 
     def _reset_slots(
         self, slots: list[int], seed: list | None, options: Any, what: str, drop_reports: bool = True
-    ) -> None:
-        """Reset the envs of ``slots``, waiting for clients where needed, again where a client is lost meanwhile."""
-        self._finish_reset(self._start_reset(slots, seed, options, what, drop_reports))
+    ) -> dict[int, bytes]:
+        """Reset the envs of ``slots``, waiting for clients where needed, again where a client is lost meanwhile;
+        the identity of the client that reset each slot."""
+        call = self._start_reset(slots, seed, options, what, drop_reports)
+        self._finish_reset(call)
+        return call.reset_by
 
-    def _free_for_reset(self, slots: set[int], drop_reports: bool) -> None:
-        """Slots about to be reset may take a new client now, even if they just lost one.
-
-        ``drop_reports``: their episodes start anew, so an unreported loss there needs no report.
-        """
-        if drop_reports:
-            self._episodes.forget(slots)
-        quarantined = [slot for slot in slots if slot in self._server.members.quarantined]
-        if quarantined:
-            self._server.release(quarantined)
-
-    def _report_lost_slots(self) -> None:
-        """End the episodes of the slots whose client was lost: truncated, ``client_lost`` in their infos."""
-        lost = self._episodes.begin_reports(self._batch)
+    def _report_lost_slots(self, slots: list[int]) -> None:
+        """End the episodes of those of ``slots`` whose client was lost: truncated, ``client_lost`` in their infos."""
+        lost = self._episodes.begin_reports(self._batch, slots)
         if not lost:
             return
-        self._server.release(lost)
         if self._episodes.reset_replacements:  # the next episode starts now, with a replacement
             # an autoreset, which SyncVectorEnv calls without arguments
             try:
-                self._reset_slots(lost, None, NO_OPTIONS, "the reset of a replacement client", drop_reports=False)
+                reset_by = self._reset_slots(
+                    lost, None, NO_OPTIONS, "the reset of a replacement client", drop_reports=False
+                )
             except BaseException:
                 self._episodes.retry_reports(lost)  # the next step reports them again
                 raise
-            self._episodes.finish_reports(self._batch, lost)
+            self._episodes.finish_reports(self._batch, lost, reset_by)
 
     def _call_clients(
         self, kind: Kind, command_for: Callable[[commands.Plan], dict], what: str, slots: Iterable[int]
@@ -1052,7 +1075,8 @@ class _ResetCall:
     what: str
     drop_reports: bool
     exchange: Exchange | None = None
-    landed: list[int] = field(default_factory=list)  # slots whose RESULT landed, in arrival order
+    landed: list[tuple[int, int]] = field(default_factory=list)  # (slot, seq) of each RESULT landed, in order
+    reset_by: dict[int, bytes] = field(default_factory=dict)  # slot -> the client its last RESET went to
 
 
 def _slot_numbers(slots: Any, num_envs: int, name: str) -> np.ndarray:
@@ -1119,6 +1143,90 @@ def _security(
 
 def _is_space_pair(mode: Any) -> bool:
     return isinstance(mode, tuple) and len(mode) == 2 and all(isinstance(space, gym.Space) for space in mode)
+
+
+@dataclass(frozen=True)
+class _Serving:
+    """What the server of every form is built with, from the constructor's arguments."""
+
+    bind: str | None
+    spin: float | None
+    liveness_timeout: float
+    name: str
+    data_plane: bool
+    observation_space: gym.Space | None
+    action_space: gym.Space | None
+
+    def learner_spin(self, local_processes: int) -> float:
+        """``spin`` if given; by default none when ``local_processes`` clients on this machine need every core."""
+        return default_spin(local_processes) if self.spin is None else self.spin
+
+
+def _security_options(security: SecurityOptions | None, given: SecurityOptions) -> SecurityOptions:
+    """``security``, else the options ``given`` as keyword arguments (which must then be left at their defaults)."""
+    if security is None:
+        return given
+    if given != SecurityOptions():
+        raise ValueError("give the security options as security=SecurityOptions(...) or as keyword arguments, not both")
+    return security
+
+
+def _checked_observation_mode(observation_mode: Any) -> Any:
+    if not (observation_mode in ("same", "different") or _is_space_pair(observation_mode)):
+        raise ValueError(
+            "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
+            f"observation space, actual got {observation_mode}"
+        )
+    return observation_mode
+
+
+def _checked_num_envs(
+    env_fns: list[Callable[[], gym.Env]] | None,
+    num_envs: int | None,
+    observation_space: gym.Space | None,
+    action_space: gym.Space | None,
+) -> int:
+    """The number of slots, ``len(env_fns)`` or else ``num_envs``; the spaces are only for the server form."""
+    if env_fns is not None:
+        if not env_fns:
+            raise ValueError("env_fns is empty: a vector env needs at least one env")
+        if num_envs is not None and num_envs != len(env_fns):
+            raise ValueError(f"num_envs={num_envs} does not match len(env_fns)={len(env_fns)}")
+        num_envs = len(env_fns)
+        if observation_space is not None or action_space is not None:
+            raise ValueError(
+                "observation_space and action_space are for the server form (env_fns=None); with env_fns the "
+                "spaces come from the envs (observation_mode can set a custom batched observation space)"
+            )
+    elif num_envs is None or num_envs < 1:
+        raise ValueError("RemoteVectorEnv needs env_fns, or num_envs >= 1 for remote clients to join")
+    if (observation_space is None) != (action_space is None):
+        raise ValueError("give both observation_space and action_space, or neither")
+    return int(num_envs)
+
+
+def _checked_final_info_format(final_info_format: str, autoreset_mode: AutoresetMode) -> str:
+    if final_info_format not in ("gymnasium", "legacy"):
+        raise ValueError(f"final_info_format must be 'gymnasium' or 'legacy', got {final_info_format!r}")
+    if final_info_format == "legacy" and autoreset_mode is not AutoresetMode.SAME_STEP:
+        raise ValueError(
+            "final_info_format='legacy' is Gymnasium 0.29's layout, whose autoreset happened in the same "
+            f"step: pass autoreset_mode='SameStep' too (got {autoreset_mode.value!r})"
+        )
+    return final_info_format
+
+
+def _checked_batch_size(batch_size: int | None, num_envs: int, autoreset_mode: AutoresetMode) -> int:
+    """``batch_size``, by default ``num_envs`` (whole batches)."""
+    size = num_envs if batch_size is None else int(batch_size)
+    if not 1 <= size <= num_envs:
+        raise ValueError(f"batch_size must be between 1 and num_envs={num_envs}, got {batch_size}")
+    if size < num_envs and autoreset_mode is AutoresetMode.DISABLED:
+        raise ValueError(
+            "partial batches (batch_size < num_envs) need an autoreset mode: with AutoresetMode.DISABLED "
+            "a finished slot could only be reset with all the others"
+        )
+    return size
 
 
 def _check_reset_mask(reset_mask: Any, num_envs: int) -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sys
 
-from gym_remote import cli, client, codec, transport
+from gym_remote import cli, client, codec
+from gym_remote.links import zeromq
 
 
 def floats_as_ints() -> None:
@@ -28,7 +29,7 @@ def floats_as_ints() -> None:
 
 
 def no_heartbeats() -> None:
-    transport.set_heartbeats = lambda sock, liveness_timeout: None
+    zeromq.set_heartbeats = lambda sock, liveness_timeout: None
 
 
 def no_bye() -> None:

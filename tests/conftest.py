@@ -42,8 +42,10 @@ ONE_PLANE_MODULES = {
     "test_protocol_document",
     "test_relay",
     "test_security_units",
+    "test_soak",
     "test_structure",
     "test_test_vectors",
+    "test_zeromq",
 }
 
 
@@ -65,7 +67,7 @@ def pytest_generate_tests(metafunc) -> None:
 @pytest.fixture(autouse=True)
 def data_plane(request, monkeypatch):
     """The plane a test's servers and clients (also in child processes) use by default: ``"uds"`` or ``"zmq"``."""
-    from gym_remote import channel
+    from gym_remote.links import channel
 
     plane = getattr(request, "param", "default")
     if plane == "zmq":

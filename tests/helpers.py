@@ -9,14 +9,20 @@
   the same steps on two vector envs: :func:`assert_same_steps`;
   an address: :func:`free_tcp_address`;
 * raw protocol messages for peers that are not EnvClients: :func:`raw_header`, :func:`hello_value`,
-  :func:`hello_frames`.
+  :func:`hello_frames`;
+* the same-host data plane spoken by hand (PROTOCOL.md §13): :func:`data_channel_name`,
+  :func:`listening`, :func:`greet_data_channel`, :func:`record`, :func:`read_record`, and
+  :class:`ChannelMember`, a member written by hand.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import secrets
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -27,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
+import zmq
 from gymnasium.utils.env_checker import data_equivalence
 
 from gym_remote import EnvClient, RemoteVectorEnv, codec, protocol
@@ -373,3 +381,152 @@ def cartpole_server(stack: contextlib.ExitStack, num_envs: int, **kwargs: Any) -
     envs = RemoteVectorEnv(**options)
     stack.callback(envs.close)
     return envs
+
+
+# -- the same-host data plane, spoken by hand (PROTOCOL.md §13) ---------------------------------------
+
+DATA_GREETING_MAGIC = b"GR-DATA2"
+
+
+def data_channel_name(address: str) -> bytes:
+    """The abstract Unix socket name of the data channel of the server at ``address`` (PROTOCOL.md §13.1)."""
+    return b"\0gym_remote/data/" + hashlib.sha256(address.encode()).hexdigest()[:40].encode()
+
+
+def listening(name: bytes) -> bool:
+    """Whether an abstract Unix socket of that name listens on this machine (``/proc/net/unix``)."""
+    wanted = "@" + name[1:].decode()
+    with open("/proc/net/unix") as table:  # Num RefCount Protocol Flags Type St Inode Path
+        rows = [line.split() for line in table.readlines()[1:]]
+    return any(len(row) >= 8 and row[-1] == wanted and row[3] == "00010000" for row in rows)  # __SO_ACCEPTCON
+
+
+def greet_data_channel(address: str, token: bytes | None = None, timeout: float = 5.0) -> tuple[socket.socket, bytes]:
+    """Connect to the data channel of the server at ``address`` and greet it (PROTOCOL.md §13.2).
+
+    Returns the connected socket (blocking, with ``timeout``) and the token (random unless given).
+    """
+    token = secrets.token_bytes(16) if token is None else token
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(data_channel_name(address))
+        sock.sendall(DATA_GREETING_MAGIC + token)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, token
+
+
+def record(frames: Iterable[Any]) -> bytes:
+    """One message as a data channel record: ``u32 count | count x u64 lengths | the frames`` (§13.3)."""
+    blobs = [bytes(memoryview(frame).cast("B")) for frame in frames]
+    return struct.pack(f"<I{len(blobs)}Q", len(blobs), *map(len, blobs)) + b"".join(blobs)
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks, have = [], 0
+    while have < size:
+        chunk = sock.recv(size - have)
+        if not chunk:
+            raise EOFError("the data channel closed")
+        chunks.append(chunk)
+        have += len(chunk)
+    return b"".join(chunks)
+
+
+def read_record(sock: socket.socket) -> list[bytes]:
+    """The next record on a data channel, as its frames (waits as long as the socket's timeout allows).
+
+    Raises:
+        EOFError: the channel closed.
+        TimeoutError: nothing (or not all of it) came within the socket's timeout.
+    """
+    (count,) = struct.unpack("<I", _read_exactly(sock, 4))
+    lengths = struct.unpack(f"<{count}Q", _read_exactly(sock, 8 * count))
+    return [_read_exactly(sock, length) for length in lengths]
+
+
+class ChannelMember(threading.Thread):
+    """A CartPole member written by hand, in a thread, from raw bytes only (``done`` is set once it stopped).
+
+    It greets the server's data channel (unless ``token`` is given: then its HELLO names that token, which
+    this process did not greet with), and answers RESET and STEP with valid RESULTs on whichever plane the
+    WELCOME chose, except that ``bad_step(seq)``, if given, answers the first STEP: with frames (sent as
+    one message), or with ``bytes``, written as they are on the data channel, which it then closes.
+    """
+
+    def __init__(self, address: str, *, token: bytes | None = None, bad_step=None, name: str = "hostile"):
+        super().__init__(daemon=True)
+        self.address, self.bad_step, self.name = address, bad_step, name
+        self.session = secrets.token_hex(16)
+        self.data: socket.socket | None = None
+        if token is None:
+            self.data, token = greet_data_channel(address)
+        self.token = token
+        self.welcome: dict | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        context = zmq.Context()
+        dealer = context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.ROUTING_ID, self.session.encode())
+        dealer.connect(self.address)
+        try:
+            hello = hello_frames(self.session, 1, name=self.name, data_channel={"token": self.token.hex()})
+            dealer.send_multipart(hello)
+            while self.welcome is None and not self.done.is_set():
+                if dealer.poll(100):
+                    frames = dealer.recv_multipart()
+                    if protocol.parse_header(frames[0]).kind == Kind.WELCOME:
+                        self.welcome = protocol.read_value(frames[1:])
+            over_channel = self.welcome is not None and self.welcome["data_channel"]
+            while not self.done.is_set():
+                frames = self._next(dealer, over_channel)
+                if frames is None:
+                    continue
+                header = protocol.parse_header(frames[0])
+                if header.kind == Kind.STEP and self.bad_step is not None:
+                    reply, self.bad_step = self.bad_step(header.seq), None
+                elif header.kind in (Kind.RESET, Kind.STEP):
+                    reply = [raw_header(Kind.RESULT, seq=header.seq, count=1) + bytes(10), np.zeros(4, np.float32)]
+                else:
+                    continue
+                if isinstance(reply, bytes):
+                    self.data.sendall(reply)
+                    self.data.close()
+                    self.done.set()
+                elif over_channel:
+                    self.data.sendall(record(reply))
+                else:
+                    dealer.send_multipart(reply)
+        except BaseException as error:  # noqa: BLE001 - kept for the test to inspect
+            self.error = error
+        finally:
+            dealer.close(0)
+            context.term()
+            if self.data is not None:
+                self.data.close()
+            self.done.set()
+
+    def _next(self, dealer: zmq.Socket, over_channel: bool) -> list[bytes] | None:
+        if not over_channel:
+            return dealer.recv_multipart() if dealer.poll(100) else None
+        self.data.settimeout(0.1)
+        try:
+            ready = self.data.recv(1, socket.MSG_PEEK)
+        except (TimeoutError, BlockingIOError):
+            return None
+        except ConnectionError:
+            ready = b""
+        if not ready:  # the server closed the channel
+            self.done.set()
+            return None
+        self.data.settimeout(5)
+        return read_record(self.data)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(5)

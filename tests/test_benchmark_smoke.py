@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_remote import channel
+from gym_remote.links import channel
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))

@@ -11,30 +11,34 @@ import contextlib
 import functools
 import json
 import os
+import secrets
+import select
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
-import threading
 import time
-import uuid
 
 import numpy as np
 import pytest
-import zmq
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from gym_remote import RemoteVectorEnv, channel, protocol
+from gym_remote import RemoteVectorEnv
 from gym_remote.protocol import Kind
 from tests.conftest import subprocess_env
 from tests.envs import make_cartpole
 from tests.envs.faults import make_counter
 from tests.helpers import (
+    ChannelMember,
     ThreadClient,
     assert_same_steps,
     cartpole_server,
     cli_client,
-    hello_frames,
+    data_channel_name,
+    free_tcp_address,
+    listening,
     pid_alive,
     raw_header,
     wait_until,
@@ -42,7 +46,9 @@ from tests.helpers import (
 
 pytestmark = [
     pytest.mark.timeout(120),
-    pytest.mark.skipif(not channel.AVAILABLE, reason="the data plane needs Linux's abstract Unix sockets"),
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="the data plane needs Linux's abstract Unix sockets"
+    ),
 ]
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
@@ -50,13 +56,6 @@ MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLE
 
 def planes(envs: RemoteVectorEnv) -> list[str]:
     return [row.get("plane") for row in envs.stats()]
-
-
-def listening(name: bytes) -> bool:
-    """Whether an abstract Unix socket of that name is open on this machine (``/proc/net/unix``)."""
-    wanted = "@" + name[1:].decode()
-    with open("/proc/net/unix") as table:
-        return any(line.split()[-1] == wanted for line in table.readlines()[1:] if len(line.split()) >= 8)
 
 
 # -- who is served over it ---------------------------------------------------------------------------
@@ -80,14 +79,14 @@ def test_local_clients_match_sync_over_either_plane(mode, use_plane):
 
 
 def test_the_environment_variable_turns_it_off(monkeypatch):
-    monkeypatch.setenv(channel.ENV_SWITCH, "off")
+    monkeypatch.setenv("GYM_REMOTE_DATA_PLANE", "off")
     with contextlib.closing(RemoteVectorEnv([make_cartpole] * 2, num_clients=1)) as envs:
         envs.reset(seed=0)
         assert planes(envs) == ["zmq", "zmq"]
 
 
 def test_an_explicit_choice_wins_over_the_environment_variable(monkeypatch):
-    monkeypatch.setenv(channel.ENV_SWITCH, "off")
+    monkeypatch.setenv("GYM_REMOTE_DATA_PLANE", "off")
     with contextlib.closing(RemoteVectorEnv([make_cartpole] * 2, num_clients=1, data_plane=True)) as envs:
         envs.reset(seed=0)
         assert planes(envs) == ["uds", "uds"]
@@ -124,12 +123,12 @@ def test_a_server_without_it_serves_everyone_over_zeromq(stack, thread_clients):
     thread_clients.append(ThreadClient(envs.address, [make_cartpole] * 2))
     envs.reset(seed=0)
     assert planes(envs) == ["zmq", "zmq"]
-    assert not listening(channel.address_for(envs.address))
+    assert not listening(data_channel_name(envs.address))
 
 
 def test_the_listener_is_gone_when_the_server_closes():
     envs = RemoteVectorEnv([make_cartpole], num_clients=1)
-    name = channel.address_for(envs.address)
+    name = data_channel_name(envs.address)
     assert listening(name)
     envs.close()
     assert not listening(name)
@@ -160,7 +159,7 @@ def test_a_sigkilled_local_client_is_noticed_at_once_and_replaced():
 LEARNER = """
 import functools, json, sys, time
 import numpy as np
-from gym_remote import RemoteVectorEnv, channel
+from gym_remote import RemoteVectorEnv
 from tests.envs.faults import make_counter
 envs = RemoteVectorEnv([functools.partial(make_counter, max_steps=10**6, step_seconds=0.05)] * 2, num_clients=2)
 envs.reset(seed=0)
@@ -168,7 +167,7 @@ print(json.dumps({
     "pids": [row["pid"] for row in envs.stats()],
     "planes": [row["plane"] for row in envs.stats()],
     "workdir": envs.launcher.workdir,
-    "name": channel.address_for(envs.address).hex(),
+    "address": envs.address,
 }), flush=True)
 while True:
     envs.step(np.zeros(2, dtype=np.int64))
@@ -180,7 +179,7 @@ def test_a_sigkilled_learner_leaves_no_socket_or_shared_memory_behind(reaper):
     learner = reaper.popen([sys.executable, "-c", LEARNER], stdout=subprocess.PIPE, env=subprocess_env())
     facts = json.loads(learner.stdout.readline())
     assert facts["planes"] == ["uds", "uds"]
-    name = bytes.fromhex(facts["name"])
+    name = data_channel_name(facts["address"])
     assert listening(name) and os.path.isdir(facts["workdir"])
     time.sleep(0.3)  # mid-step: the envs take 50 ms a step
     os.kill(learner.pid, signal.SIGKILL)
@@ -194,79 +193,9 @@ def test_a_sigkilled_learner_leaves_no_socket_or_shared_memory_behind(reaper):
 # -- peers that misuse it ----------------------------------------------------------------------------
 
 
-class ChannelMember(threading.Thread):
-    """A member written by hand, in a thread: it greets the server's data channel (or lets ``greeting``
-    decide which token its HELLO names), then answers RESET and STEP with valid RESULTs on whichever plane
-    the WELCOME chose, except that ``bad_step(seq)``, if given, answers the first STEP."""
-
-    def __init__(self, address: str, *, token: bytes | None = None, bad_step=None, max_frame_bytes: int = 1 << 30):
-        super().__init__(daemon=True)
-        self.address, self.bad_step = address, bad_step
-        self.session = uuid.uuid4().hex
-        self.data = None
-        if token is None:
-            token = channel.new_token()
-            self.data = channel.connect(channel.address_for(address), token, timeout=2, max_frame_bytes=max_frame_bytes)
-        self.token = token
-        self.welcome: dict | None = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        context = zmq.Context()
-        dealer = context.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.setsockopt(zmq.ROUTING_ID, self.session.encode())
-        dealer.connect(self.address)
-        try:
-            dealer.send_multipart(hello_frames(self.session, 1, data_channel={"token": self.token.hex()}))
-            while self.welcome is None and not self.done.is_set():
-                if dealer.poll(100):
-                    frames = dealer.recv_multipart()
-                    if protocol.parse_header(frames[0]).kind == Kind.WELCOME:
-                        self.welcome = protocol.read_value(frames[1:])
-            over_channel = self.welcome is not None and self.welcome["data_channel"]
-            while not self.done.is_set():
-                frames = self._next(dealer, over_channel)
-                if frames is None:
-                    continue
-                header = protocol.parse_header(frames[0])
-                if header.kind == Kind.STEP and self.bad_step is not None:
-                    reply, self.bad_step = self.bad_step(header.seq), None
-                elif header.kind in (Kind.RESET, Kind.STEP):
-                    reply = [raw_header(Kind.RESULT, seq=header.seq, count=1) + bytes(10), np.zeros(4, np.float32)]
-                else:
-                    continue
-                if over_channel:
-                    self.data.send(reply, 5)
-                else:
-                    dealer.send_multipart(reply)
-        except BaseException as error:  # noqa: BLE001 - kept for the test to inspect
-            self.error = error
-        finally:
-            dealer.close(0)
-            context.term()
-            if self.data is not None:
-                self.data.close()
-
-    def _next(self, dealer, over_channel: bool):
-        if over_channel:
-            try:
-                record = self.data.read_until(time.monotonic() + 0.1)
-            except channel.ChannelClosed:
-                self.done.set()
-                return None
-            return None if record is None else [bytes(frame) for frame in record.frames]
-        return dealer.recv_multipart() if dealer.poll(100) else None
-
-    def stop(self) -> None:
-        self.done.set()
-        self.join(5)
-
-
 def test_a_channel_greeted_by_another_process_is_not_taken(stack, thread_clients):
     envs = cartpole_server(stack, 2)
-    token = channel.new_token()
+    token = secrets.token_bytes(16)
     greeter = subprocess.Popen(
         [
             sys.executable,
@@ -274,7 +203,7 @@ def test_a_channel_greeted_by_another_process_is_not_taken(stack, thread_clients
             "import socket, sys, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); "
             "s.connect(bytes.fromhex(sys.argv[1])); s.sendall(b'GR-DATA2' + bytes.fromhex(sys.argv[2])); "
             "time.sleep(30)",
-            channel.address_for(envs.address).hex(),
+            data_channel_name(envs.address).hex(),
             token.hex(),
         ]
     )
@@ -349,7 +278,7 @@ def other_host():
 def test_a_client_on_another_host_is_served_over_zeromq(stack, reaper, tmp_path, other_host):
     envs = RemoteVectorEnv(num_envs=2, bind="tcp://10.213.7.1:*", insecure=True, timeout=30, connect_timeout=30)
     stack.callback(envs.close)
-    assert listening(channel.address_for(envs.address))  # the server offers it, to this host
+    assert listening(data_channel_name(envs.address))  # the server offers it, to this host
     args = ("--factory", "tests.envs.faults:make_counter", "--connect-timeout", "30")
     remote = reaper.popen(
         [
@@ -375,3 +304,224 @@ def test_a_client_on_another_host_is_served_over_zeromq(stack, reaper, tmp_path,
         envs.step(np.zeros(2, dtype=np.int64))
     assert {row["client"]: row["plane"] for row in envs.stats()} == {"far": "zmq", "near": "uds"}
     assert remote.poll() is None and near.poll() is None
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size since :func:`reset_peak_rss` (``VmHWM``)."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def reset_peak_rss() -> None:
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+
+
+LIMIT = 256 << 20  # the default max_message_bytes
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [[LIMIT, LIMIT], [LIMIT] * 65_536],
+    ids=["2-frames-at-the-limit", "65536-frames-at-the-limit"],
+)
+def test_a_record_header_announcing_huge_frames_costs_the_learner_no_memory(stack, thread_clients, lengths):
+    """A member answers a STEP with only a record header announcing frames as large as the limit allows
+    (20 bytes for two of 256 MiB; or 65,536 of them, 16 TiB in all), then hangs up: the learner allocates
+    nothing on the peer's word, loses that member with a reason, and the other client keeps stepping (with
+    a spare, waiting in line, in the lost member's slot)."""
+    envs = cartpole_server(stack, 2)
+    thread_clients.append(ThreadClient(envs.address, [make_cartpole], name="honest"))
+    header_only = struct.pack(f"<I{len(lengths)}Q", len(lengths), *lengths)
+    member = ChannelMember(envs.address, bad_step=lambda seq: header_only)
+    member.start()
+    stack.callback(member.stop)
+    envs.reset(seed=0)
+    assert member.welcome["data_channel"] is True
+    hostile = next(row["slot"] for row in envs.stats() if row["client"] == "hostile")
+    thread_clients.append(ThreadClient(envs.address, [make_cartpole], name="spare"))  # waits in line
+    reset_peak_rss()
+    before = peak_rss_bytes()
+    _, _, _, truncations, infos = envs.step(envs.action_space.sample())  # no MemoryError
+    grown = peak_rss_bytes() - before
+    assert grown < 64 << 20, f"the learner's peak memory grew by {grown >> 20} MiB on a record header"
+    assert truncations[hostile] and infos["client_lost"][hostile]
+    assert not truncations[1 - hostile] and not infos["client_lost"][1 - hostile]
+    assert envs.stats()[hostile].get("client") != "hostile"  # the spare may have taken its place already
+    for _ in range(10):
+        _, _, _, truncations, infos = envs.step(envs.action_space.sample())
+        assert not truncations[1 - hostile] and not infos.get("client_lost", np.zeros(2, bool))[1 - hostile]
+
+
+def hold_connections_as_another_user(name: bytes, count: int) -> tuple[int, int]:
+    """Fork a process that becomes user 65534 (nobody) and keeps ``count`` connections to the abstract
+    socket ``name`` open, never greeting, opening a new one for each that is closed or refused.
+
+    Returns its pid (the caller kills it) and a pipe that becomes readable once it tried ``count`` times.
+    """
+    ready_read, ready_write = os.pipe()
+    child = os.fork()
+    if child:
+        os.close(ready_write)
+        return child, ready_read
+    try:  # the child: no return into the test process, whatever happens
+        os.close(ready_read)
+        os.setuid(65534)
+        held: dict[int, socket.socket] = {}
+        poller = select.poll()
+        attempts = 0
+        while True:
+            for fd, _ in poller.poll(0):  # closed by the server: replaced below
+                poller.unregister(fd)
+                held.pop(fd).close()
+            while len(held) < count:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+                attempts += 1
+                if attempts == count:
+                    os.write(ready_write, b"x")
+                try:
+                    sock.connect(name)
+                except OSError:  # EAGAIN: the backlog is full
+                    sock.close()
+                    break
+                held[sock.fileno()] = sock
+                poller.register(sock, select.POLLIN)
+            time.sleep(0.001)
+    finally:
+        os._exit(0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to connect as another user")
+def test_connections_held_by_another_user_do_not_keep_a_new_client_off_it(stack, reaper):
+    """Another user's process holds 300 connections to the listener open (replacing each one closed),
+    never greeting: a client on this host that joins afterwards is still served over the data plane."""
+    envs = cartpole_server(stack, 1)
+    flooder, ready = hold_connections_as_another_user(data_channel_name(envs.address), 300)
+    stack.callback(lambda: (os.kill(flooder, signal.SIGKILL), os.waitpid(flooder, 0)))
+    stack.callback(os.close, ready)
+    assert select.select([ready], [], [], 10)[0], "the other user's connections were not made"
+    client = ThreadClient(envs.address, [make_cartpole], name="newcomer")
+    stack.callback(client.stop)
+    started = time.monotonic()
+    envs.reset(seed=0)
+    assert time.monotonic() - started < 10
+    assert planes(envs) == ["uds"]
+    for _ in range(10):
+        _, _, _, truncations, _ = envs.step(envs.action_space.sample())
+        assert not truncations.any()
+
+
+def test_a_connection_that_never_greets_is_closed_while_the_learner_steps(stack, thread_clients):
+    """A process of the learner's own user connects to the listener and sends nothing: the server closes
+    that connection within 15 s (it holds no place in the backlog or among the greeted ones for good)."""
+    envs = cartpole_server(stack, 1)
+    thread_clients.append(ThreadClient(envs.address, [make_cartpole]))
+    envs.reset(seed=0)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stack.callback(silent.close)
+    silent.connect(data_channel_name(envs.address))
+    silent.setblocking(False)
+
+    def closed() -> bool:
+        try:
+            return silent.recv(1, socket.MSG_PEEK) == b""
+        except BlockingIOError:
+            return False
+        except ConnectionError:
+            return True
+
+    started = time.monotonic()
+    while not closed():
+        assert time.monotonic() - started < 15, "a connection that never greeted is still open after 15 s"
+        envs.step(envs.action_space.sample())
+    assert planes(envs) == ["uds"]
+
+
+FORKING_LEARNER = """
+import json, os, sys, time
+import numpy as np
+from gym_remote import RemoteVectorEnv
+envs = RemoteVectorEnv(num_envs=2, bind=sys.argv[1], liveness_timeout=30, timeout=60, connect_timeout=60)
+print(json.dumps({"address": envs.address}), flush=True)
+envs.reset(seed=0)
+child = os.fork()  # as multiprocessing's fork start method or a data loader's worker does: no exec
+if child == 0:
+    time.sleep(60)
+    os._exit(0)
+print(json.dumps({"planes": [row["plane"] for row in envs.stats()], "child": child}), flush=True)
+while True:
+    envs.step(np.zeros(2, dtype=np.int64))
+"""
+
+
+@pytest.mark.parametrize(
+    ("plane", "transport"), [("uds", "ipc"), ("zmq", "ipc"), ("zmq", "tcp")], ids=["uds-ipc", "zmq-ipc", "zmq-tcp"]
+)
+def test_a_child_the_learner_forked_does_not_keep_its_death_from_the_clients(reaper, tmp_path, plane, transport):
+    """The learner forks a child without exec (which outlives it) after its clients joined, and is then
+    SIGKILLed: its clients see it gone at once (liveness_timeout is 30 s), and no listener is left under
+    the data plane's name, while the child still runs."""
+    env = subprocess_env()
+    if plane == "zmq":
+        env["GYM_REMOTE_DATA_PLANE"] = "off"
+    bind = f"ipc://{tmp_path}/server" if transport == "ipc" else "tcp://127.0.0.1:*"
+    learner = reaper.popen([sys.executable, "-c", FORKING_LEARNER, bind], stdout=subprocess.PIPE, env=env)
+    address = json.loads(learner.stdout.readline())["address"]
+    args = ("--factory", "tests.envs.faults:make_counter", "--liveness-timeout", "30", "--no-reconnect")
+    if plane == "zmq":
+        args += ("--no-data-plane",)
+    clients = [cli_client(reaper, tmp_path, f"client{index}", address, *args) for index in range(2)]
+    facts = json.loads(learner.stdout.readline())
+    child = facts["child"]
+    try:
+        assert facts["planes"] == [plane, plane]
+        time.sleep(0.2)
+        os.kill(learner.pid, signal.SIGKILL)
+        learner.wait(10)
+        started = time.monotonic()
+        for client in clients:
+            client.wait(max(0.1, 5 - (time.monotonic() - started)))
+        assert pid_alive(child)
+        assert not listening(data_channel_name(address)), "the forked child still holds the data plane's listener"
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+PLANE_REPORTING_LEARNER = """
+import json, sys
+import numpy as np
+from gym_remote import RemoteVectorEnv
+envs = RemoteVectorEnv(num_envs=1, bind=sys.argv[1], liveness_timeout=2, timeout=30, connect_timeout=30)
+envs.reset(seed=0)
+for _ in range(5):
+    envs.step(np.zeros(1, dtype=np.int64))
+print(json.dumps([row["plane"] for row in envs.stats()]), flush=True)
+while True:
+    envs.step(np.zeros(1, dtype=np.int64))
+"""
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_a_client_that_comes_first_or_rejoins_a_restarted_learner_is_served_over_it(reaper, tmp_path, transport):
+    """A client on the learner's host started before its learner is served over the data plane once the
+    learner is up; and again after the learner was killed and restarted at the same address."""
+    address = f"ipc://{tmp_path}/server" if transport == "ipc" else free_tcp_address()
+    args = ("--factory", "tests.envs.faults:make_counter", "--connect-timeout", "60", "--liveness-timeout", "2")
+    client = cli_client(reaper, tmp_path, "early", address, *args)
+    time.sleep(1.0)  # it has said HELLO to nobody yet
+
+    def learner_planes() -> tuple[subprocess.Popen, list[str]]:
+        learner = reaper.popen([sys.executable, "-c", PLANE_REPORTING_LEARNER, address], stdout=subprocess.PIPE)
+        line = learner.stdout.readline()
+        assert line, f"the learner exited with {learner.wait(10)}\n{client}"
+        return learner, json.loads(line)
+
+    learner, served = learner_planes()
+    assert served == ["uds"], "a client started before its learner"
+    os.kill(learner.pid, signal.SIGKILL)
+    learner.wait(10)
+    time.sleep(1.0)  # the client sees the learner gone, and says HELLO again to nobody
+    learner, served = learner_planes()
+    assert served == ["uds"], "a client that rejoined a restarted learner"
+    assert client.process.poll() is None, client

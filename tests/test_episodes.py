@@ -115,15 +115,16 @@ def test_same_step_prepares_the_last_observation_as_final_obs():
     batch = filled_batch()
     episodes.client_lost([2], "gone")
     assert episodes.begin_reports(batch) == [2]
+    assert 2 not in batch.slot_infos, "the lost client's info is dropped"
+    # nothing is written until the replacement's reset: the result still is the old one, and the final is
+    # kept aside (a RESULT landing in the slot meanwhile, the replacement's reset, replaces its finals)
+    assert batch.rewards[2] == 3.0 and bool(batch.truncations[2]) is False and 2 not in batch.slot_finals
+    assert episodes.unreported(range(4)) == [2]
+    batch.observations[2] = [7.0, 7.0]  # the replacement's reset lands in the row
+    episodes.finish_reports(batch, [2])
     final_obs, final_info = batch.slot_finals[2]
     np.testing.assert_array_equal(final_obs, np.array([2.0, -2.0], dtype=np.float32))
     assert final_info == {"client_lost": True}
-    assert 2 not in batch.slot_infos, "the lost client's info is dropped"
-    # nothing is written until the replacement's reset: the result still is the old one
-    assert batch.rewards[2] == 3.0 and bool(batch.truncations[2]) is False
-    assert episodes.unreported(range(4)) == [2]
-    batch.observations[2] = [7.0, 7.0]  # the replacement's reset lands in the row
-    np.testing.assert_array_equal(batch.slot_finals[2][0], [2.0, -2.0])
     for slot in (0, 1, 3):
         assert_untouched(batch, slot)
 
@@ -161,6 +162,7 @@ def test_same_step_retry_lets_a_failed_report_begin_again():
     episodes.retry_reports([3])
     assert episodes.unreported(range(4)) == [0, 3], "a retried loss is still unreported"
     assert episodes.begin_reports(batch) == [3]
+    episodes.finish_reports(batch, [3])
     assert batch.slot_finals[3][1] == {"client_lost": True}
 
 
@@ -204,8 +206,9 @@ def test_a_report_in_a_dict_observation_batch_keeps_a_copy_of_the_last_observati
     episodes = started(AutoresetMode.SAME_STEP)
     episodes.client_lost([1], "gone")
     episodes.begin_reports(batch)
-    final_obs = batch.slot_finals[1][0]
     batch.observations["pos"][1] = [0, 0]
+    episodes.finish_reports(batch, [1])
+    final_obs = batch.slot_finals[1][0]
     np.testing.assert_array_equal(final_obs["pos"], [3, 4])
     assert int(final_obs["flag"]) == 1
 
@@ -253,3 +256,22 @@ def test_still_running_names_every_slot_but_the_unreported_ones():
     assert episodes.still_running() == [0, 2]
     episodes.begin_reports(filled_batch())
     assert episodes.still_running() == [0, 1, 2, 3]
+
+
+def test_a_replacement_lost_after_its_reset_landed_is_reported_next_and_one_lost_before_is_not():
+    """SAME_STEP: slot 1's loss (client a) waits for a replacement's reset. Replacement b is lost before its
+    reset lands: that adds nothing (one report, finished by c's reset). Replacement c is lost after its reset
+    landed: its loss ended the episode c began, so slot 1 has a loss to report again."""
+    episodes = started(AutoresetMode.SAME_STEP)
+    batch = filled_batch()
+    episodes.client_lost([1], "a is gone", b"a")
+    assert episodes.begin_reports(batch) == [1]
+    episodes.client_lost([1], "b is gone", b"b")  # before its reset landed
+    episodes.finish_reports(batch, [1], {1: b"c"})  # c's reset landed
+    assert episodes.unreported(range(4)) == []
+    episodes.client_lost([1], "a is gone", b"a")
+    assert episodes.begin_reports(batch) == [1]
+    episodes.client_lost([1], "c is gone", b"c")  # its reset had landed: learned of before the report finished
+    episodes.finish_reports(batch, [1], {1: b"c"})
+    assert episodes.unreported(range(4)) == [1]
+    assert episodes.begin_reports(batch) == [1]

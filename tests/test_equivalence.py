@@ -24,7 +24,8 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
-from gym_remote import RemoteVectorEnv, transport
+from gym_remote import RemoteVectorEnv
+from gym_remote.links import zeromq
 from tests.envs import ACTION_SPACES, SPACES, OptionsRequiredEnv, SpaceEnv, make_cartpole, make_wrapped_env, space_env
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
@@ -894,7 +895,7 @@ def test_loose_observations(kind, mode):
 def test_observations_large_enough_to_travel_without_copying(copy_obs):
     # 2 envs of 640 KB observations per client: RESULT frames of 1.25 MiB, sent zero-copy
     large = spaces.Box(0, 255, (640, 1024), dtype=np.uint8)
-    assert 2 * large.shape[0] * large.shape[1] >= transport.ZERO_COPY_BYTES
+    assert 2 * large.shape[0] * large.shape[1] >= zeromq.ZERO_COPY_BYTES
     run_pair(
         fns(4, observation_space=large, info_kind="sparse", max_steps=6, terminate_prob=0.1),
         autoreset_mode=AutoresetMode.NEXT_STEP,

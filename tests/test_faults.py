@@ -565,8 +565,6 @@ class TableChecker:
                 assert server.slots[slot] is client, f"{where}: slot {slot} does not point to {client.name}"
         for slot, client in enumerate(server.slots):
             assert held.get(slot) is client, f"{where}: slot {slot} points to a client that is not a member"
-        for slot in server.quarantined:
-            assert server.slots[slot] is None, f"{where}: quarantined slot {slot} has a client"
         assert not set(server.waiting) & set(server.clients), f"{where}: a member waits in line"
         distinct = {id(client) for client in server.slots if client is not None}
         assert envs.num_clients == len(server.clients) == len(distinct), where
@@ -716,7 +714,7 @@ def test_soak_join_leave_cycles_keep_the_slot_table_consistent(reaper, tmp_path,
                 step(f"{where} (refill)", fresh=lost)
                 for slot in empty:
                     assert checker.epochs[slot] == epochs[slot] + 1, f"{where}: slot {slot} epochs {checker.epochs}"
-            assert not envs._server.members.empty_slots() and not envs._server.members.quarantined
+            assert not envs._server.members.empty_slots()
             for _ in range(rng.randint(1, 4)):
                 step(f"{where} (steady)")
             assert served_by(envs, anchor.name) == [0]
@@ -835,7 +833,7 @@ def test_waiter_that_died_in_line_does_not_keep_the_slot_from_the_next_in_line(r
         assert_same(single_reset(default_seed=60)[0], obs[0], "the live newcomer's reset observation")
         checker.check("after the admission")
         assert "client_lost" not in envs.step(rng.integers(0, 3, size=2))[4]
-        assert not envs._server.members.quarantined and not envs._server.members.waiting
+        assert not envs._server.members.waiting
     finally:
         envs.close()
     assert m2.wait(timeout=10) == 0, m2.stderr
@@ -932,7 +930,7 @@ class MalformedResultClient(EnvClient):
     def _send_result(self, hosted, seq, infos, finals, indexes=None) -> None:
         self.results += 1
         if self.results == self.break_at:
-            self._socket.send_multipart([protocol.pack_header(Kind.RESULT, seq, count=hosted.count + 1)])
+            self._send([protocol.pack_header(Kind.RESULT, seq, count=hosted.count + 1)], "RESULT")
             return
         super()._send_result(hosted, seq, infos, finals, indexes)
 
@@ -1145,3 +1143,52 @@ def test_stats_fields_and_values(reaper, tmp_path):
         envs.close()
     assert alpha.wait(timeout=10) == 0, alpha.stderr
     assert gamma.wait(timeout=10) == 0, gamma.stderr
+
+
+# -- frozen clients with large commands in flight ---------------------------------------------------
+
+ENVS_PER_CLIENT = 16
+"""Envs of each client below, each taking 1 MiB actions: a client's STEP carries ``ENVS_PER_CLIENT`` MiB."""
+
+
+def assert_frozen_clients_are_lost_in_time(reaper, tmp_path, clients: int, envs_each: int) -> None:
+    """Start a server (liveness 2 s, reply timeout 15 s) and ``clients`` ``gym-remote client`` processes,
+    each hosting ``envs_each`` :class:`~tests.envs.faults.ActionDigestEnv` with 1 MiB actions; stop them
+    (SIGSTOP) while idle after a reset and two steps; the next step, which sends each client ``envs_each``
+    MiB of actions, must report every slot lost within liveness_timeout and a little more."""
+    envs = RemoteVectorEnv(
+        num_envs=clients * envs_each, timeout=15, connect_timeout=30, liveness_timeout=2.0, max_message_bytes=1 << 30
+    )
+    args = ("--factory", "tests.envs.faults:make_action_digest", "--num-envs", str(envs_each), "--env-kwargs")
+    args += (json.dumps({"action_bytes": 1 << 20}), "--connect-timeout", "30", "--liveness-timeout", "2")
+    processes = [cli_client(reaper, tmp_path, f"big{index}", envs.address, *args) for index in range(clients)]
+    try:
+        envs.reset(seed=0)
+        for value in (1, 1, 2):
+            if value == 2:
+                for process in processes:  # while idle: the next STEP is theirs to take, and they take none
+                    os.kill(process.pid, signal.SIGSTOP)
+                started = time.monotonic()
+            _, _, _, truncations, infos = envs.step(np.full((envs.num_envs, 1 << 20), value, dtype=np.uint8))
+        elapsed = time.monotonic() - started
+        assert lost_slots(infos) == list(range(envs.num_envs)) and truncations.all(), infos
+        assert elapsed < 2.0 + 1.5, f"{clients} frozen client(s) were lost after {elapsed:.1f} s (liveness 2 s)"
+    finally:
+        for process in processes:
+            os.kill(process.pid, signal.SIGCONT)
+        envs.close(timeout=1)
+
+
+@pytest.mark.timeout(120)
+def test_a_frozen_client_with_a_large_step_in_flight_is_lost_at_liveness_timeout(reaper, tmp_path):
+    """A client stopped (SIGSTOP) while idle is sent 64 MiB of actions, far more than the sockets' buffers
+    hold: it is lost within liveness_timeout (2 s) and a little more, over either plane, not after the
+    15 s reply timeout."""
+    assert_frozen_clients_are_lost_in_time(reaper, tmp_path, clients=1, envs_each=64)
+
+
+@pytest.mark.timeout(120)
+def test_frozen_clients_with_large_steps_in_flight_are_found_together(reaper, tmp_path):
+    """Three clients stopped (SIGSTOP) while idle are each sent 16 MiB of actions: one step reports all
+    three lost within liveness_timeout (2 s) and a little more, not one after another."""
+    assert_frozen_clients_are_lost_in_time(reaper, tmp_path, clients=3, envs_each=16)

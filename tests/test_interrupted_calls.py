@@ -8,16 +8,24 @@ waits; their late replies then arrive during the next call, where they must be d
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from gymnasium.error import NoAsyncCallError
 
-from gym_remote import RemoteVectorEnv
-from tests.envs import Napper
+from gym_remote import RemoteTimeoutError, RemoteVectorEnv, protocol
+from gym_remote.errors import ProtocolError
+from gym_remote.protocol import Kind
+from tests.envs import Counter, Napper
+from tests.envs.faults import make_action_digest
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(90, method="thread")  # the tests use SIGALRM themselves
 
 INTERRUPT_AFTER = 0.3  # seconds into a wait; the envs nap for Napper.NAP_SECONDS (1 s)
 
@@ -128,5 +136,163 @@ def test_an_interrupted_recv_keeps_its_slots_in_flight():
         envs.send(np.array([0, 0]), np.array([0, 1]))
         observations, _, terminations, _, infos = envs.recv()
         assert sorted(infos["env_id"].tolist()) == [0, 1] and not terminations.any()
+    finally:
+        envs.close()
+
+
+BIG_ACTION_BYTES = 32 << 20  # far more than a socket's buffers hold: a send to a stopped client blocks
+
+
+def test_a_send_interrupted_mid_message_is_sent_whole_or_not_at_all():
+    """Ctrl-C while the learner sends a large STEP to a client that reads nothing (it is stopped): the step
+    raises KeyboardInterrupt, and once the client runs again it is still a member, the next step returns its
+    result for the next action, and the env got the interrupted action whole or not at all."""
+    env_fns = [functools.partial(make_action_digest, action_bytes=BIG_ACTION_BYTES)]
+    envs = RemoteVectorEnv(env_fns, num_clients=1, timeout=30, liveness_timeout=10)
+    try:
+        envs.reset(seed=0)
+        size = BIG_ACTION_BYTES
+
+        def action(value: int) -> np.ndarray:
+            return np.full((1, size), value, dtype=np.uint8)
+
+        observations, _, _, _, _ = envs.step(action(1))
+        assert observations[0].tolist() == [1, 1, 1, 1, size]
+        before = envs.stats()[0]
+        os.kill(before["pid"], signal.SIGSTOP)
+        resume = threading.Timer(1.0, os.kill, (before["pid"], signal.SIGCONT))
+        resume.start()
+        try:
+            started = time.monotonic()
+            with pytest.raises(KeyboardInterrupt), interrupt_after(0.5):
+                envs.step(action(2))  # the send blocks: the stopped client's socket buffer is full
+            assert time.monotonic() - started < 5
+        finally:
+            resume.join(5)
+            os.kill(before["pid"], signal.SIGCONT)
+        observations, _, _, truncations, infos = envs.step(action(3))
+        assert "client_lost" not in infos and not truncations.any(), infos
+        steps, first, last, uniform, total = observations[0].tolist()
+        assert (first, last, uniform) == (3, 3, 1), observations[0]  # the next action, whole
+        # the interrupted action reached the env whole (steps 1, 2, 3) or not at all (steps 1, 3)
+        assert (steps, total) in ((2, 4 * size), (3, 6 * size)), observations[0]
+        after = envs.stats()[0]
+        assert (after["pid"], after["session"], after["epoch"]) == (before["pid"], before["session"], 1)
+        observations, _, _, _, infos = envs.step(action(4))
+        assert "client_lost" not in infos and observations[0, 0] == steps + 1
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(120, method="thread")
+@pytest.mark.parametrize("batch_size", [1, 2], ids=["batches-of-1", "batches-of-2"])
+def test_interrupted_recvs_never_lose_a_reply(batch_size):
+    """recv() interrupted at random moments (microseconds to milliseconds in, while replies of 320 KB
+    arrive), hundreds of times, each followed by uninterrupted recv() calls: these never hang (a result
+    cut short is returned later, or its slot takes actions again, as the README says), no result comes
+    twice, and every result is the one of the action last sent to its slot."""
+    env_fns = [functools.partial(make_action_digest, action_bytes=8, padding=40_000)] * 2
+    envs = RemoteVectorEnv(env_fns, num_clients=2, batch_size=batch_size, timeout=30)
+    rng = np.random.default_rng(0)
+    armed = False
+
+    def interrupt(signum: int, frame: object) -> None:
+        if armed:  # not once recv() has returned
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        envs.async_reset(seed=0)
+        while True:
+            try:
+                envs.recv()
+            except NoAsyncCallError:
+                break
+        steps = [0, 0]  # the step count in each slot's last result
+        value = interrupted = cycle = 0
+        deadline = time.monotonic() + 12
+        while cycle < 2000 and time.monotonic() < deadline:
+            cycle += 1
+            value = value % 250 + 1
+            envs.send(np.full((2, 8), value, dtype=np.uint8), np.array([0, 1]))
+            results = []
+            try:
+                armed = True  # inside the try: the alarm may come before recv() is even called
+                signal.setitimer(signal.ITIMER_REAL, float(rng.uniform(1e-5, 2e-3)))
+                results.append(envs.recv())
+                armed = False
+            except KeyboardInterrupt:
+                interrupted += 1
+            finally:
+                armed = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            while {0, 1} - {slot for result in results for slot in result[4]["env_id"].tolist()}:
+                try:
+                    results.append(envs.recv(timeout=5))
+                except NoAsyncCallError:
+                    break  # the rest were cut short: their slots take actions again
+                except RemoteTimeoutError as error:
+                    pytest.fail(f"cycle {cycle}, after {interrupted} interrupted recv() calls: {error}")
+            returned = [slot for result in results for slot in result[4]["env_id"].tolist()]
+            assert sorted(set(returned)) == sorted(returned), f"cycle {cycle}: a result twice: {returned}"
+            for observations, _, _, _, infos in results:
+                for row, slot in enumerate(infos["env_id"].tolist()):
+                    count, first, last, uniform, _ = observations[row, :5].tolist()
+                    assert (first, last, uniform) == (value, value, 1), (cycle, slot, observations[row, :5])
+                    assert count > steps[slot], f"cycle {cycle}: slot {slot}'s step {count} came again"
+                    steps[slot] = count
+        assert interrupted >= 100, f"only {interrupted} of {cycle} recv() calls were interrupted"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        envs.close()
+
+
+def _kind_of(frame: bytes) -> int | None:
+    try:
+        return protocol.parse_header(frame).kind
+    except ProtocolError:
+        return None
+
+
+class _InterruptAfterTakingAHeader:
+    """The router socket's ``recv``, raising KeyboardInterrupt right after it took the first RESULT header
+    frame once armed: as pyzmq does when a signal comes while it receives (it checks for signals after every
+    receive), so that frame is gone and the rest of its message waits in the socket."""
+
+    def __init__(self, recv):
+        self.recv, self.armed, self.fired = recv, False, False
+
+    def __call__(self, *args, **kwargs):
+        frame = self.recv(*args, **kwargs)
+        if self.armed and isinstance(frame, bytes) and _kind_of(frame) == Kind.RESULT:
+            self.armed, self.fired = False, True
+            raise KeyboardInterrupt
+        return frame
+
+
+@pytest.mark.parametrize("call", ["step", "step_wait"])
+def test_a_reply_that_lost_its_header_to_an_interrupt_is_not_taken_for_the_next_calls(call):
+    """A step interrupted right after the learner took the header of a client's reply (over ZeroMQ): that
+    reply belonged to the interrupted call, so the next step waits for its own reply and returns it, rather
+    than counting the headless remains as its answer and returning the slot's old row."""
+    envs = RemoteVectorEnv([Counter] * 2, num_clients=1, timeout=30, data_plane=False)
+    try:
+        envs.reset(seed=0)
+        socket = envs._server.router.socket
+        recv = socket.recv = _InterruptAfterTakingAHeader(socket.recv)
+        recv.armed = True
+        with pytest.raises(KeyboardInterrupt):
+            if call == "step":
+                envs.step(np.array([0, 0]))
+            else:
+                envs.step_async(np.array([0, 0]))
+                envs.step_wait()
+        assert recv.fired
+        observations, _, _, truncations, infos = envs.step(np.array([0, 0]))
+        assert observations[:, 0].tolist() == [2, 2], observations  # the count after both steps
+        assert not truncations.any() and "client_lost" not in infos, infos
+        observations, _, _, _, _ = envs.step(np.array([0, 0]))
+        assert observations[:, 0].tolist() == [3, 3], observations
     finally:
         envs.close()

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from gymnasium.error import ClosedEnvironmentError
 
-from gym_remote import RemoteEnvError, RemoteVectorEnv
+from gym_remote import RemoteEnvError, RemoteVectorEnv, SecurityOptions
 from gym_remote.launch import split_evenly
 from tests.envs import Counter, make_cartpole
 from tests.envs.factories import (
@@ -167,6 +167,62 @@ def test_one_env_instance_copied_into_separate_clients_steps_separately():
 def test_num_clients_out_of_range(num_clients):
     with pytest.raises(ValueError, match="num_clients"):
         RemoteVectorEnv([make_cartpole] * 2, num_clients=num_clients)
+
+
+# -- a constructor that refuses its arguments --------------------------------------------------------
+
+BOX, DISCRETE = gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2)
+REFUSED_ARGUMENTS = {  # what, the arguments, the error message
+    "unknown autoreset_mode": ({"env_fns": [make_cartpole], "autoreset_mode": "bogus"}, "not a valid AutoresetMode"),
+    "unknown observation_mode": (
+        {"env_fns": [make_cartpole], "observation_mode": "bogus"},
+        "Invalid `observation_mode`",
+    ),
+    "empty env_fns": ({"env_fns": []}, "env_fns is empty"),
+    "num_envs not len(env_fns)": ({"env_fns": [make_cartpole] * 2, "num_envs": 3}, "does not match len"),
+    "neither env_fns nor num_envs": ({}, "needs env_fns, or num_envs >= 1"),
+    "num_envs 0": ({"num_envs": 0}, "needs env_fns, or num_envs >= 1"),
+    "spaces with env_fns": (
+        {"env_fns": [make_cartpole], "observation_space": BOX, "action_space": DISCRETE},
+        "are for the server form",
+    ),
+    "one space only": ({"num_envs": 1, "observation_space": BOX}, "give both observation_space and action_space"),
+    "unknown final_info_format": (
+        {"env_fns": [make_cartpole], "final_info_format": "bogus"},
+        "'gymnasium' or 'legacy'",
+    ),
+    "legacy infos without SameStep": ({"env_fns": [make_cartpole], "final_info_format": "legacy"}, "SameStep"),
+    "batch_size above num_envs": ({"env_fns": [make_cartpole] * 2, "batch_size": 3}, "batch_size must be between"),
+    "batch_size 0": ({"num_envs": 2, "batch_size": 0}, "batch_size must be between"),
+    "partial batches without autoreset": (
+        {"env_fns": [make_cartpole] * 2, "batch_size": 1, "autoreset_mode": "Disabled"},
+        "DISABLED",
+    ),
+    "security twice": ({"num_envs": 1, "security": SecurityOptions(), "insecure": True}, "not both"),
+    "env_fns and a launcher": ({"env_fns": [make_cartpole], "launcher": object()}, "or a launcher, not both"),
+    "num_clients above len(env_fns)": ({"env_fns": [make_cartpole], "num_clients": 2}, "num_clients must be between"),
+    "reachable bind without authentication": ({"num_envs": 1, "bind": "tcp://0.0.0.0:*"}, "reachable from other"),
+}
+
+
+@pytest.mark.parametrize(("arguments", "message"), REFUSED_ARGUMENTS.values(), ids=REFUSED_ARGUMENTS.keys())
+def test_a_vector_env_that_refuses_its_arguments_leaves_nothing_that_fails_when_closed_or_collected(
+    arguments, message, monkeypatch
+):
+    """Gymnasium before 1.3 closes a collected vector env (``VectorEnv.__del__``), a half-built one too."""
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises(ValueError, match=message):
+        RemoteVectorEnv(**arguments)
+    gc.collect()
+    half_built = RemoteVectorEnv.__new__(RemoteVectorEnv)  # kept, to close as __del__ would
+    with pytest.raises(ValueError, match=message):
+        half_built.__init__(**arguments)
+    half_built.close()
+    assert half_built.closed
+    del half_built
+    gc.collect()
+    assert not unraisable, [f"{report.exc_type.__name__}: {report.exc_value}" for report in unraisable]
 
 
 # -- failures while running ------------------------------------------------------------------------

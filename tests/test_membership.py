@@ -1,5 +1,5 @@
-"""gym_remote.membership without a network: who gets which slot, the waiting line, quarantine after a
-loss, the checks a HELLO must pass (version, form, launch token, spaces, trust), and what the slot
+"""gym_remote.membership without a network: who gets which slot, the waiting line, the slots of a
+lost client (free at once), the checks a HELLO must pass (version, form, launch token, spaces, trust), and what the slot
 table reports (stats, refusals, the message of a wait that timed out).
 """
 
@@ -225,61 +225,32 @@ def test_a_client_larger_than_the_whole_vector_is_not_kept_waiting():
     assert b"big" not in members.waiting
 
 
-# -- quarantine --------------------------------------------------------------------------------------
+# -- lost clients' slots -------------------------------------------------------------------------------
 
 
-def test_before_the_episodes_start_a_lost_clients_slots_are_free_at_once():
-    members = members_of(2)
-    join(members, b"a", make_hello(2))
-    members.lose(b"a")
-    assert members.quarantined == set()
-    assert members.can_admit() is True
-    assert admit(members, b"b", make_hello(2)).slots == [0, 1]
-
-
-def test_after_the_episodes_start_a_lost_clients_slots_are_quarantined_until_released():
+@pytest.mark.parametrize("episodes_started", [False, True], ids=["before-the-episodes", "while-they-run"])
+def test_a_lost_clients_slots_are_free_for_others_at_once(episodes_started):
+    """Whether or not the loss is reported yet (the episodes' business), the slots are free: a replacement,
+    or a client waiting in line, takes them at once (a replacement's envs start as if their episode had ended)."""
     members = members_of(3)
     join(members, b"a", make_hello(2, name="a"))
     join(members, b"b", make_hello(1, name="b"))
+    if episodes_started:
+        members.start_episodes(reset_first=True)
+    refuse(members, b"w", make_hello(2, wait=True))
+    members.lose(b"a")
+    assert members.empty_slots() == [0, 1] and members.can_admit() is True
+    decision = members.admit_waiter(b"w")
+    assert isinstance(decision, Admit) and decision.client.slots == [0, 1]
+
+
+def test_episodes_started_tell_new_clients_to_reset_first():
+    members = members_of(1)
+    assert members.reset_first is False
     members.start_episodes(reset_first=True)
     assert members.reset_first is True
-    members.lose(b"a")
-    assert members.quarantined == {0, 1}
-    assert members.empty_slots() == [0, 1]
-    assert members.can_admit() is False
-    refusal = refuse(members, b"c", make_hello(1))
-    assert refusal.code == "full" and "0 are free" in refusal.reason
-
-    members.release([0])
-    assert members.quarantined == {1}
-    assert members.can_admit() is True
-    assert refuse(members, b"c", make_hello(2)).code == "full"
-    assert admit(members, b"c", make_hello(1)).slots == [0]
-    members.release([1])
-    assert admit(members, b"d", make_hello(2)).slots == [0, 1]
-
-
-def test_a_waiter_is_admitted_only_once_the_quarantined_slots_are_released():
-    members = members_of(1)
-    join(members, b"a", make_hello(1))
-    members.start_episodes(reset_first=False)
-    refuse(members, b"w", make_hello(1, wait=True))
-    members.lose(b"a")
-    assert members.admit_waiter(b"w") is None
-    assert list(members.waiting) == [b"w"]
-    members.release([0])
-    decision = members.admit_waiter(b"w")
-    assert isinstance(decision, Admit) and decision.client.slots == [0]
-
-
-def test_episodes_started_without_reset_first_still_quarantine():
-    members = members_of(1)
-    assert members.reset_first is False and members.quarantine_losses is False
-    join(members, b"a", make_hello(1))
     members.start_episodes(reset_first=False)
     assert members.reset_first is False
-    members.lose(b"a")
-    assert members.quarantined == {0}
 
 
 def test_losing_an_unknown_client_changes_nothing():
@@ -287,7 +258,7 @@ def test_losing_an_unknown_client_changes_nothing():
     client = join(members, b"a", make_hello(1))
     members.start_episodes(reset_first=True)
     assert members.lose(b"nobody") is None
-    assert members.slots[0] is client and members.quarantined == set()
+    assert members.slots[0] is client and members.empty_slots() == [1]
 
 
 def test_a_slot_counts_how_many_memberships_served_it():
@@ -657,17 +628,16 @@ def test_a_refused_launched_client_carries_its_launch_index():
     assert wrong_version.code == "version" and wrong_version.launch_index == 1
 
 
-def test_a_relaunched_client_waits_for_its_quarantined_slots():
+def test_a_relaunched_client_takes_its_slots_as_soon_as_they_are_free():
     members = members_of(4, launches=LAUNCHES)
     join(members, b"l0", launched_hello(0))
     join(members, b"l1", launched_hello(1))
     members.start_episodes(reset_first=True)
-    members.lose(b"l1")
-    refusal = refuse(members, b"l1-again", launched_hello(1))
+    refusal = refuse(members, b"l1-again", launched_hello(1))  # its old process still serves them
     assert refusal.code == "full" and "the slots of launched client 1 are not free yet" in refusal.reason
     assert refusal.launch_index == 1
     assert refuse(members, b"l1-again", launched_hello(1, wait=True)).waiting is True
-    members.release([2, 3])
+    members.lose(b"l1")
     decision = members.admit_waiter(b"l1-again")
     assert isinstance(decision, Admit) and decision.client.slots == [2, 3]
 

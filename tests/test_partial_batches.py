@@ -20,6 +20,8 @@ other processes by the ``reaper`` fixture, thread clients by ``thread_clients``.
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import sys
 import threading
 import time
@@ -35,6 +37,7 @@ from gymnasium.vector.utils import batch_space, iterate
 from gym_remote import RemoteEnvError, RemoteVectorEnv
 from gym_remote.conformance.reference import unbatch_info
 from gym_remote.errors import RemoteTimeoutError
+from tests.envs import make_cartpole
 from tests.envs.partial import TimedEnv, make_space_env, make_timed
 from tests.helpers import KillWhenMarked, ThreadClient, kill_local_clients, wait_until
 
@@ -398,7 +401,8 @@ def test_clients_join_and_leave_while_partial_batches_run(mode, stack, thread_cl
     killer = KillWhenMarked(doomed.pid, marker, timeout=60)
 
     def lost_both() -> bool:
-        return killer.killed.is_set() and not any(row["served"] for row in envs.stats() if row["slot"] in (4, 5))
+        rows = [row for row in envs.stats() if row["slot"] in (4, 5)]
+        return killer.killed.is_set() and not any(row["served"] and row["pid"] == doomed.pid for row in rows)
 
     def allowed(slot: int) -> bool:
         if slot == 5:  # one step, then idle: its client is lost while it has nothing in flight
@@ -415,7 +419,7 @@ def test_clients_join_and_leave_while_partial_batches_run(mode, stack, thread_cl
         sendable = [slot for slot in sorted(rollout.idle) if allowed(slot)]
         if sendable:
             rollout.send(sendable)
-    # the replacement waits in line: slot 5's loss is not reported yet, so it stays quarantined
+    # the replacement takes slots 4-5 as soon as the loss is noticed; slot 5's loss is reported all the same
     thread_clients.append(ThreadClient(envs.address, [fast[6], fast[7]], liveness_timeout=LIVENESS))
     # no new actions until the loss is noticed
     while not lost_both():
@@ -424,7 +428,10 @@ def test_clients_join_and_leave_while_partial_batches_run(mode, stack, thread_cl
             f"served={[row['served'] for row in envs.stats()]}"
         )
         try:
-            rollout.recv(timeout=0.3)
+            if rollout.pending:
+                rollout.recv(timeout=0.3)
+            else:
+                time.sleep(0.05)
         except RemoteTimeoutError:
             pass
     assert 5 in rollout.idle and rollout.steps(5) == 1 and rollout.steps(4) + (4 in rollout.pending) == 3
@@ -707,3 +714,154 @@ def test_recv_sends_nothing_from_inside_a_wait_predicate(thread_clients, monkeyp
         assert sent_from_predicate == [], f"commands sent from inside a wait predicate: {sent_from_predicate}"
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_lost_client_with_an_idle_slot_is_replaced_while_the_loss_of_that_slot_is_still_unreported():
+    """A client serving slots 0 and 1 dies with slot 0 in flight and slot 1 idle. recv() reports slot 0's
+    loss; slot 0 gets its next action; its replacement, which needs slots 0 and 1, must not wait behind the
+    loss of slot 1, which is reported only when slot 1 is next stepped: the next recv() returns slot 0
+    served by the replacement, and slot 1's loss is then reported exactly once."""
+    envs = RemoteVectorEnv(
+        [make_cartpole] * 4, num_clients=2, batch_size=2, timeout=30, connect_timeout=30, liveness_timeout=LIVENESS
+    )
+    pids = set(envs.launcher.pids)
+    try:
+        envs.async_reset(seed=0)
+        for _ in range(2):
+            envs.recv()
+        victim = envs.stats()[0]["pid"]
+        assert envs.stats()[1]["pid"] == victim and envs.stats()[2]["pid"] != victim
+        os.kill(victim, signal.SIGSTOP)  # it takes slot 0's action but never answers it
+        envs.send(np.array([1]), np.array([0]))
+        os.kill(victim, signal.SIGKILL)
+        _, _, _, truncations, infos = envs.recv()
+        assert infos["env_id"].tolist() == [0] and truncations.tolist() == [True] and infos["client_lost"][0]
+        envs.send(np.array([1]), np.array([0]))
+        started = time.monotonic()
+        _, rewards, _, truncations, infos = envs.recv(timeout=LIVENESS + 10)
+        elapsed = time.monotonic() - started
+        assert infos["env_id"].tolist() == [0] and not truncations.any() and "client_lost" not in infos, infos
+        assert elapsed < LIVENESS + 5, f"slot 0's replacement served it after {elapsed:.1f} s"
+        pids.update(envs.launcher.pids)
+        served = envs.stats()
+        assert served[0]["pid"] not in (None, victim) and served[0]["epoch"] == 2, served[0]
+        losses = 0
+        for _ in range(5):  # slot 1's loss: reported when it is next stepped, and only then
+            envs.send(np.array([1, 1]), np.array([0, 1]))
+            results = [envs.recv(timeout=LIVENESS + 10)]
+            if len(results[0][4]["env_id"]) < 2:
+                results.append(envs.recv(timeout=LIVENESS + 10))
+            for _, _, _, truncations, infos in results:
+                for row, slot in enumerate(infos["env_id"].tolist()):
+                    lost = bool(infos.get("client_lost", np.zeros(2, bool))[row])
+                    assert slot == 1 or not lost, f"slot 0 reported lost again: {infos}"
+                    assert truncations[row] or not lost
+                    losses += lost
+        assert losses == 1, f"slot 1's loss was reported {losses} times"
+    finally:
+        try:
+            pids.update(envs.launcher.pids)
+            envs.close()
+        finally:
+            kill_local_clients(pids)
+
+
+def two_slot_server(stack) -> RemoteVectorEnv:
+    """A SAME_STEP vector of 2 slots for TimedEnvs in partial batches of 2, clients to come (closed at teardown)."""
+    single = TimedEnv()
+    envs = RemoteVectorEnv(
+        num_envs=2,
+        batch_size=2,
+        autoreset_mode="SameStep",
+        observation_space=single.observation_space,
+        action_space=single.action_space,
+        timeout=20,
+        connect_timeout=20,
+        liveness_timeout=LIVENESS,
+    )
+    stack.callback(envs.close)
+    return envs
+
+
+REPLACEMENT_SCRIPT = """
+import functools, sys
+from gym_remote import EnvClient
+from tests.envs.partial import make_timed, make_timed_exiting_after_reset
+
+address, label, exit_after = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+fn = functools.partial(make_timed_exiting_after_reset, label, exit_after) if exit_after else functools.partial(
+    make_timed, label, 0.0, 12, 0.0
+)
+EnvClient(address, [fn], name=f"client-{label}", connect_timeout=30, liveness_timeout=2).run()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_replacement_lost_right_after_its_reset_landed_has_its_own_loss_reported(stack, thread_clients, reaper):
+    """SAME_STEP partial batches: client A of a slot is lost; its loss report waits for a replacement's reset;
+    replacement B resets (its reset lands) and is lost at once, while recv() still waits for the other slot. recv()
+    reports A's loss with B's reset; the slot's next result must report B's loss (B's episode ended with
+    it), with replacement C's reset, rather than step C's env as if nothing had happened."""
+    envs = two_slot_server(stack)
+
+    def client(label: int, exit_after: float = 0.0):
+        return reaper.popen([sys.executable, "-c", REPLACEMENT_SCRIPT, envs.address, str(label), str(exit_after)])
+
+    first = client(100)
+    thread_clients.append(ThreadClient(envs.address, [functools.partial(make_timed, 1, 3.0, 50, 0.0)]))
+    envs.reset(seed=0)  # (waits for both clients)
+    slot = [row["pid"] for row in envs.stats()].index(first.pid)  # A's; the slow client serves the other
+    envs.async_reset(seed=0)
+    envs.recv()
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    envs.send(np.array([0, 0]), np.array([0, 1]))  # the slow slot takes 3 s; A's waits for a replacement's reset
+    second = client(200, exit_after=0.2)
+    observations, _, _, truncations, infos = envs.recv()
+    assert sorted(infos["env_id"].tolist()) == [0, 1]
+    row = infos["env_id"].tolist().index(slot)
+    assert truncations[row] and infos["client_lost"][row], infos
+    assert observations[row, 0] == 200  # B's reset starts the next episode
+    second.wait(10)
+    third = client(300)
+    envs.send(np.array([0]), np.array([slot]))
+    observations, _, _, truncations, infos = envs.recv(timeout=20)
+    assert infos["env_id"].tolist() == [slot]
+    assert truncations[0] and infos["client_lost"][0], f"B's loss was not reported: {observations}, {infos}"
+    assert infos["final_obs"][0][0] == 200 and observations[0, 0] == 300, (observations, infos)
+    assert envs.stats()[slot]["pid"] == third.pid
+
+
+@pytest.mark.timeout(60)
+def test_a_loss_report_waiting_for_a_replacement_in_line_comes_at_once(stack, reaper):
+    """SAME_STEP partial batches: a client is lost with its slot in flight while another waits in line. The
+    waiting client takes the slot at once, and the loss report (with its reset) is returned by the same
+    recv() without waiting for anything else to happen."""
+    envs = two_slot_server(stack)
+
+    def client(label: int):
+        return reaper.popen([sys.executable, "-c", REPLACEMENT_SCRIPT, envs.address, str(label), "0"])
+
+    first, second = client(100), client(200)
+    envs.reset(seed=0)  # (waits for both clients)
+    client(300)
+
+    def waits_in_line() -> bool:
+        envs.step(np.array([0, 0]))  # (the learner takes in the HELLO while it steps)
+        return envs.server_stats()["waiting"] == 1
+
+    wait_until(waits_in_line, 30, "the third client to wait in line")
+    envs.async_reset(seed=1)
+    envs.recv()
+    slot = [row["pid"] for row in envs.stats()].index(first.pid)
+    os.kill(first.pid, signal.SIGSTOP)
+    envs.send(np.array([0]), np.array([slot]))  # never answered
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    started = time.monotonic()
+    observations, _, _, truncations, infos = envs.recv(timeout=10)
+    assert time.monotonic() - started < 5
+    assert infos["env_id"].tolist() == [slot] and truncations[0] and infos["client_lost"][0], infos
+    assert observations[0, 0] == 300, observations  # the replacement's reset
+    assert second.poll() is None

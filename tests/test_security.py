@@ -58,9 +58,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from gym_remote import EnvClient, JoinRefusedError, RemoteVectorEnv, protocol
 from gym_remote.conformance.relay import Relay
+from gym_remote.links.base import MAX_FRAMES
 from gym_remote.protocol import FLAG_VALUE, Kind
 from gym_remote.security import AuthorizedKeys, SecurityOptions, create_key_files
-from gym_remote.transport import MAX_FRAMES
 from tests.envs import make_cartpole
 from tests.helpers import ThreadClient, cartpole_server, free_tcp_address, hello_frames, step_until, wait_until
 

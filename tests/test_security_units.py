@@ -23,11 +23,11 @@ from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 import gym_remote.security as security
+from gym_remote.links.gate import ZAP_ENDPOINT, Gatekeeper
+from gym_remote.links.zeromq import use_curve
 from gym_remote.security import (
-    ZAP_ENDPOINT,
     AuthorizedKeys,
     ClientSecurity,
-    Gatekeeper,
     KeyPair,
     SecurityOptions,
     ServerSecurity,
@@ -565,7 +565,7 @@ class Peer:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.RECONNECT_IVL, -1)  # one handshake per peer: counts stay exact
         if keys is not None:
-            ClientSecurity(server_public, keys).apply(self.socket)
+            use_curve(self.socket, ClientSecurity(server_public, keys))
         self.monitor = self.socket.get_monitor_socket(zmq.EVENT_ALL)
         self.socket.connect(address)
         self.closed = False
@@ -613,7 +613,7 @@ class Rig:
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         if server_keys is not None:
-            ServerSecurity(server_keys, authorized or AuthorizedKeys(), "keys").apply(self.router)
+            use_curve(self.router, ServerSecurity(server_keys, authorized or AuthorizedKeys(), "keys"))
         self.gatekeeper.watch(self.router)
         self.gatekeeper.start()
         self.router.bind(bind)

@@ -1,9 +1,12 @@
 """The package's structure, read from its source: what may import what, and who may touch whose internals.
 
-* the import graph of ``gym_remote`` has no cycles;
+* the import graph of ``gym_remote`` (subpackages and imports inside functions included) has no cycles;
 * the socket-free cores (membership, episodes, commands, batch, codec, protocol, errors, the probe env,
   the conformance runner's reference values and report) import neither ZeroMQ nor a module that does
   I/O, so they run and are tested without a network;
+* nothing outside the link layer (``gym_remote/links/``) calls a socket: the server, the client and the rest
+  speak the protocol over links (only the conformance suite's scripted peers, made for tests, hold sockets
+  of their own), and ZeroMQ is used elsewhere only for key material;
 * the adapters (``sb3.py``, ``ray.py``) use only RemoteVectorEnv's public API;
 * nothing assigns onto the server from outside (no callbacks wired in after construction).
 """
@@ -11,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -18,38 +22,67 @@ import pytest
 pytestmark = pytest.mark.timeout(30)
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gym_remote"
-MODULES = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem not in ("__init__", "__main__"))
+SOURCES = {
+    ".".join(path.relative_to(PACKAGE).with_suffix("").parts): path for path in sorted(PACKAGE.rglob("*.py"))
+}  # module name ("conformance.runner", "conformance.__init__") -> its file
+MODULES = sorted(SOURCES)
 SOCKET_FREE = ["membership", "episodes", "commands", "batch", "codec", "protocol", "errors", "probe"]
-SOCKET_FREE += ["conformance/reference", "conformance/report"]  # the conformance runner's pure pieces
-IO_MODULES = {"server", "transport", "client", "launch", "security", "vector_env", "partial", "cli", "bench"}
+SOCKET_FREE += ["conformance.reference", "conformance.report"]  # the conformance runner's pure pieces
+LINK_LAYER = sorted(module for module in MODULES if module.startswith("links."))
+IO_MODULES = {"server", "client", "launch", "vector_env", "partial", "cli", "bench", *LINK_LAYER}
+TEST_PEERS = {"conformance.scripted", "conformance.relay", "conformance.subject"}  # sockets of their own, for tests
+SOCKET_MODULES = {"socket", "select", "selectors"}
+ZMQ_KEY_MATERIAL = {"curve_keypair", "curve_public", "auth", "utils", "utils.z85"}  # zmq.X that are not sockets
 
 
 def tree_of(module: str) -> ast.Module:
-    return ast.parse((PACKAGE / f"{module}.py").read_text(), filename=f"{module}.py")
+    path = SOURCES[module]
+    return ast.parse(path.read_text(), filename=str(path.relative_to(PACKAGE)))
+
+
+def module_of(dotted: str) -> str | None:
+    """The name in SOURCES of module ``dotted`` (``gym_remote.conformance`` is ``conformance.__init__``),
+    None if it is none of ``gym_remote``'s."""
+    if dotted.split(".")[0] != "gym_remote":
+        return None
+    name = dotted.removeprefix("gym_remote").removeprefix(".")
+    package = f"{name}.__init__" if name else "__init__"
+    return name if name in SOURCES else package if package in SOURCES else None
 
 
 def imports_of(module: str) -> tuple[set[str], set[str]]:
-    """The modules of ``gym_remote``, and the other top-level packages, that ``module`` imports at run
-    time (``TYPE_CHECKING`` blocks left out)."""
+    """The modules of ``gym_remote`` (named as in SOURCES), and the other top-level packages, that
+    ``module`` imports at run time, inside its functions too (``TYPE_CHECKING`` blocks left out).
+
+    ``from P import a`` imports module ``P.a`` if there is one, else ``P``. That importing ``P.a`` runs
+    ``P/__init__.py`` first is left out: a package's ``__init__`` may import its own modules.
+    """
+    package = ".".join(["gym_remote", *module.split(".")[:-1]])  # what relative imports start from
     own: set[str] = set()
     others: set[str] = set()
     for statement in tree_of(module).body:
         if isinstance(statement, ast.If) and "TYPE_CHECKING" in ast.dump(statement.test):
             continue
         for node in ast.walk(statement):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] if node.module != "gym_remote" else [f"gym_remote.{a.name}" for a in node.names]
+            if isinstance(node, ast.ImportFrom):
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                names = [f"{base}.{alias.name}" if module_of(f"{base}.{alias.name}") else base for alias in node.names]
             elif isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             else:
                 continue
             for name in names:
-                parts = name.split(".")
-                if parts[0] == "gym_remote":
-                    own.add(parts[1])
+                if name.split(".")[0] == "gym_remote":
+                    own.add(module_of(name) or name)
                 else:
-                    others.add(parts[0])
+                    others.add(name.split(".")[0])
     return own, others
+
+
+def test_the_import_graph_reads_subpackages_and_imports_inside_functions():
+    assert "conformance.runner" in imports_of("cli")[0]  # cli imports it inside a function
+    assert {"codec", "protocol", "conformance.scripted"} <= imports_of("conformance.wire")[0]
+    assert "__init__" in imports_of("cli")[0]  # from gym_remote import __version__
 
 
 def test_the_import_graph_has_no_cycles():
@@ -76,6 +109,35 @@ def test_socket_free_cores_import_no_sockets(module):
     own, others = imports_of(module)
     assert not others & {"zmq", "socket", "selectors"}, f"{module}.py imports {sorted(others)}"
     assert not own & IO_MODULES, f"{module}.py imports the I/O modules {sorted(own & IO_MODULES)}"
+
+
+def zmq_uses(module: str) -> set[str]:
+    """What ``module`` uses of ZeroMQ: the ``zmq.X`` attributes it reads and the ``zmq`` modules it imports from."""
+    used: set[str] = set()
+    for node in ast.walk(tree_of(module)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "zmq":
+            used.add(node.attr)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "zmq":
+            used.update(f"{node.module.removeprefix('zmq.')}.{alias.name}".strip(".") for alias in node.names)
+        elif isinstance(node, ast.Import):
+            used.update(alias.name.removeprefix("zmq.") for alias in node.names if alias.name.startswith("zmq."))
+    return used
+
+
+@pytest.mark.parametrize(
+    "module", [module for module in MODULES if module not in LINK_LAYER and module not in TEST_PEERS]
+)
+def test_nothing_outside_the_link_layer_calls_a_socket(module):
+    _, others = imports_of(module)
+    assert not others & SOCKET_MODULES, f"{module}.py imports {sorted(others & SOCKET_MODULES)}"
+    assert zmq_uses(module) <= ZMQ_KEY_MATERIAL, f"{module}.py uses zmq's {sorted(zmq_uses(module) - ZMQ_KEY_MATERIAL)}"
+
+
+def test_the_socket_check_reads_what_it_should():
+    assert "links.zeromq" in LINK_LAYER and "links.channel" in LINK_LAYER and "server" not in LINK_LAYER
+    assert {"Context", "ROUTER", "DEALER"} <= zmq_uses("links.zeromq")
+    assert zmq_uses("security") <= ZMQ_KEY_MATERIAL and "curve_keypair" in zmq_uses("security")
+    assert "select" in imports_of("links.mux")[1]
 
 
 def private_names_of_remote_vector_env() -> set[str]:

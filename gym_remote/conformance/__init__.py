@@ -11,7 +11,8 @@ True
 
 from __future__ import annotations
 
+from gym_remote.conformance.check import Check, Context
 from gym_remote.conformance.report import CheckFailed, CheckResult, Report
-from gym_remote.conformance.runner import GROUPS, Check, Context, all_checks, run
+from gym_remote.conformance.runner import GROUPS, all_checks, run
 
 __all__ = ["GROUPS", "Check", "CheckFailed", "CheckResult", "Context", "Report", "all_checks", "run"]

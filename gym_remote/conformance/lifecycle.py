@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.utils import iterate
 
+from gym_remote.conformance.check import Check, Context
 from gym_remote.conformance.relay import Relay
 from gym_remote.conformance.report import CheckFailed
-from gym_remote.conformance.runner import Check, Context
 from gym_remote.conformance.subject import ClientProcess, wait_for
 from gym_remote.conformance.values import WAIT_SECONDS, probe_vector, remote, served_vector
 from gym_remote.vector_env import RemoteVectorEnv

@@ -31,11 +31,12 @@ import numpy as np
 import zmq
 from gymnasium import spaces
 
-from gym_remote import codec, protocol, transport
+from gym_remote import codec, protocol
 from gym_remote.conformance.reference import preview
 from gym_remote.conformance.report import CheckFailed
 from gym_remote.conformance.subject import ClientProcess
 from gym_remote.errors import ProtocolError
+from gym_remote.links.zeromq import send_frames, set_heartbeats, terminate
 from gym_remote.probe import probe_spaces
 from gym_remote.protocol import FLAG_VALUE, NO_OPTIONS, Kind, kind_name
 from gym_remote.security import DEFAULT_MAX_MESSAGE_BYTES, is_local_endpoint
@@ -185,12 +186,12 @@ class ScriptedServer:
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         sock.setsockopt(zmq.SNDTIMEO, 1000)
-        transport.set_heartbeats(sock, self.liveness_timeout)
+        set_heartbeats(sock, self.liveness_timeout)
         try:
             sock.bind(endpoint)
         except zmq.ZMQError as error:
             sock.close(linger=0)
-            transport.terminate(self.context, 2.0)
+            terminate(self.context, 2.0)
             raise OSError(f"the scripted server cannot bind {endpoint!r}: {error}") from None
         self.socket = sock
 
@@ -206,7 +207,7 @@ class ScriptedServer:
             process.end()  # while the socket is open to take its BYE (a client lingers on a BYE it cannot send)
         if not self.socket.closed:
             self.socket.close(linger=0)
-            transport.terminate(self.context, 2.0)
+            terminate(self.context, 2.0)
 
     def watch(self, process: ClientProcess) -> ClientProcess:
         """Fail waits early (and say so) when ``process`` exits while a reply is awaited."""
@@ -438,7 +439,7 @@ class ScriptedServer:
         self.sent.append(note)
         logger.debug("scripted server sends %s", note)
         try:
-            transport.send_frames(self.socket, [target, *frames])
+            send_frames(self.socket, [target, *frames])
         except zmq.ZMQError as error:
             ended = self._exited()
             raise self.fail(

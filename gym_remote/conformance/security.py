@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gym_remote.conformance.check import Check, Context
 from gym_remote.conformance.report import CheckFailed
-from gym_remote.conformance.runner import Check, Context
 from gym_remote.conformance.values import probe_vector, remote, served_vector
 
 __all__ = ["CHECKS"]

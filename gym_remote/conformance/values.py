@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from gym_remote.conformance.check import Check, Context
 from gym_remote.conformance.reference import Twins, differences, unbatch
 from gym_remote.conformance.report import CheckFailed
-from gym_remote.conformance.runner import Check, Context
 from gym_remote.errors import GymRemoteError
 from gym_remote.probe import ProbeEnv, probe_spaces
 from gym_remote.vector_env import RemoteVectorEnv
@@ -160,7 +160,10 @@ def partial(mode: AutoresetMode):
                     slots = results[4]["env_id"].tolist()
                     got = unbatch(envs.single_observation_space, results, len(slots))
                     for slot, result in zip(slots, got):
-                        compare(f"recv() {round_number}, slot {slot} ({mode.value})", result, expected.pop(slot))
+                        reference = expected.pop(slot)
+                        # a batched info orders its keys by the rows before this one: ask for the reference's order
+                        result = (*result[:4], _ordered_as(result[4], reference[4]))
+                        compare(f"recv() {round_number}, slot {slot} ({mode.value})", result, reference)
                     chosen = [slot for slot in slots if rng.random() < 0.8] or slots[:1]
                     send(envs, np.asarray(chosen), f"send() {round_number}")
                     idle = [slot for slot in range(NUM_ENVS) if slot not in expected]
@@ -170,6 +173,13 @@ def partial(mode: AutoresetMode):
             twins.close()
 
     return check
+
+
+def _ordered_as(info: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with the keys it shares with ``reference`` first, in ``reference``'s order."""
+    ordered = {key: info[key] for key in reference if key in info}
+    ordered.update((key, value) for key, value in info.items() if key not in ordered)
+    return ordered
 
 
 def calls_and_attributes(context: Context) -> None:

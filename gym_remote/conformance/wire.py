@@ -21,8 +21,8 @@ from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from gym_remote import codec, protocol
+from gym_remote.conformance.check import Check, Context
 from gym_remote.conformance.reference import describe, difference, preview, same_number
-from gym_remote.conformance.runner import Check, Context
 from gym_remote.conformance.scripted import (
     ABSENT,
     HELLO_SECONDS,

@@ -108,3 +108,48 @@ class CounterEnv(gym.Env):
 def make_counter(**kwargs: Any) -> CounterEnv:
     """A :class:`CounterEnv` (``kwargs`` as its arguments; ``--env-kwargs`` on the command line)."""
     return CounterEnv(**kwargs)
+
+
+class ActionDigestEnv(gym.Env):
+    """An env whose actions are byte arrays and whose observation tells what it received.
+
+    Action: ``Box(0, 255, (action_bytes,), uint8)``. Observation (float64): ``[steps, first byte, last byte,
+    uniform, total]`` and ``padding`` zeros: the steps since its reset, the first and last byte of the last
+    action, 1.0 if every byte of that action was the same, and the sum of every byte of every action since
+    the reset. An action filled with one value ``v`` thus shows whether it arrived whole (``uniform``, and
+    first = last = ``v``), and ``total`` which actions arrived. ``padding`` makes replies of some size.
+    Episodes never end. The envs of a process share their space objects: comparing two large Boxes takes
+    long, and a client compares its envs' spaces unless they are the same objects.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+    _spaces: dict[tuple[int, int], tuple[spaces.Box, spaces.Box]] = {}
+
+    def __init__(self, action_bytes: int = 1 << 20, padding: int = 0) -> None:
+        key = (action_bytes, padding)
+        if key not in self._spaces:
+            self._spaces[key] = (
+                spaces.Box(-np.inf, np.inf, (5 + padding,), dtype=np.float64),
+                spaces.Box(0, 255, (action_bytes,), dtype=np.uint8),
+            )
+        self.observation_space, self.action_space = self._spaces[key]
+        self.steps = 0
+        self.total = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.steps = self.total = 0
+        return np.zeros(self.observation_space.shape), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        action = np.asarray(action, dtype=np.uint8)
+        self.steps += 1
+        self.total += int(action.sum(dtype=np.uint64))
+        obs = np.zeros(self.observation_space.shape)
+        obs[:5] = [self.steps, action[0], action[-1], float(action.min() == action.max()), self.total]
+        return obs, 0.0, False, False, {}
+
+
+def make_action_digest(**kwargs: Any) -> ActionDigestEnv:
+    """An :class:`ActionDigestEnv` (``kwargs`` as its arguments; ``--env-kwargs`` on the command line)."""
+    return ActionDigestEnv(**kwargs)

@@ -10,6 +10,7 @@ are compared with the same env stepped alone.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,18 @@ def make_space_env(label: int, observation_space: str, max_steps: int = 9) -> gy
         terminate_prob=0.1,
         info_kind="sparse",
     )
+
+
+def make_timed_exiting_after_reset(label: int, seconds: float) -> gym.Env:
+    """A :class:`TimedEnv` whose process ends (``os._exit``) ``seconds`` after its first reset: a client lost
+    right after its reset result went out."""
+    env = TimedEnv(label, 0.0, 12, 0.0)
+    reset = env.reset
+
+    def reset_then_exit(**kwargs: Any) -> tuple[Any, dict]:
+        result = reset(**kwargs)
+        threading.Timer(seconds, os._exit, (0,)).start()
+        return result
+
+    env.reset = reset_then_exit
+    return env

@@ -1,0 +1,642 @@
+"""The same-host data plane: a membership's messages over a Unix domain socket (PROTOCOL.md §13).
+
+A ZeroMQ round trip crosses libzmq's I/O thread in both processes, two thread wake-ups more each
+way than a plain socket; between processes on one machine that is most of a cheap env's step. So a
+client on the learner's host carries its membership's messages over a :class:`Channel`, a
+``SOCK_STREAM`` Unix socket in Linux's abstract namespace, while ZeroMQ stays the control plane
+(handshake, security, heartbeats, probes) and the only transport across machines.
+
+A channel carries one *record* per message::
+
+    u32 frame count f | f x u64 frame lengths | the frames' bytes, one after the other   (little-endian)
+
+The client connects and sends a 24-byte greeting holding a random token before its HELLO, which
+names the token; the server's :class:`Listener` accepts connections as they come, keeps those of its
+own user that greet in time, and hands one out to the HELLO naming its token. Abstract sockets leave
+no file behind, whatever kills either process; the kernel frees the name when the listening socket
+closes. Linux only (:data:`AVAILABLE`).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import itertools
+import logging
+import os
+import secrets
+import socket
+import struct
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from gym_remote.errors import ProtocolError
+from gym_remote.links import fork
+from gym_remote.links.base import MAX_FRAMES, FrameList, LinkBroken
+
+__all__ = [
+    "AVAILABLE",
+    "ENV_SWITCH",
+    "Channel",
+    "Listener",
+    "address_for",
+    "connect",
+    "enabled_by_default",
+    "wanted",
+    "new_token",
+]
+
+logger = logging.getLogger(__name__)
+
+AVAILABLE = sys.platform.startswith("linux")
+"""Abstract Unix sockets exist on Linux only; elsewhere every message travels over ZeroMQ."""
+
+ENV_SWITCH = "GYM_REMOTE_DATA_PLANE"
+"""Environment variable: ``off`` (or ``0``, ``false``, ``no``) turns the same-host data plane off by default."""
+
+GREETING_MAGIC = b"GR-DATA2"
+TOKEN_BYTES = 16
+GREETING_SIZE = len(GREETING_MAGIC) + TOKEN_BYTES  # 24
+
+_COUNT = struct.Struct("<I")
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+
+BUFFER_BYTES = 4 << 20
+"""Socket buffer size asked for (the kernel caps it at its ``wmem_max``/``rmem_max``)."""
+
+FIRST_READ_BYTES = 1 << 16
+"""A channel's receive buffer to begin with; it doubles only as bytes arrive that do not fit."""
+
+MAX_PENDING = 64
+"""Connections the listener holds that are not claimed yet; beyond it the oldest are closed."""
+
+GREETING_SECONDS = 5.0
+"""How long a connection may take to send its whole greeting before the listener closes it."""
+
+PENDING_SECONDS = 30.0
+"""How long the listener keeps a greeted connection that no HELLO has claimed."""
+
+CONNECT_SECONDS = 2.0
+"""How long a client tries to connect to a listener whose queue of connections is full."""
+
+
+def enabled_by_default() -> bool:
+    """Whether the data plane is on when nobody said otherwise: on Linux, unless :data:`ENV_SWITCH` says off."""
+    return AVAILABLE and os.environ.get(ENV_SWITCH, "").strip().lower() not in ("0", "off", "false", "no")
+
+
+def wanted(choice: bool | None) -> bool:
+    """Whether to use the data plane: as ``choice`` says where it is available, by default if None."""
+    return enabled_by_default() if choice is None else bool(choice) and AVAILABLE
+
+
+def address_for(endpoint: str) -> bytes:
+    """The abstract socket name of the data channel of the server at ZeroMQ ``endpoint``.
+
+    Both sides derive it from the endpoint the client connects to, so a client on the server's host
+    finds it without being told; a client on another host finds nothing there and uses ZeroMQ.
+    """
+    digest = hashlib.sha256(endpoint.encode()).hexdigest()[:40]
+    return b"\0gym_remote/data/" + digest.encode()
+
+
+def new_token() -> bytes:
+    return secrets.token_bytes(TOKEN_BYTES)
+
+
+class Channel:
+    """A connected data channel: one membership's records, in both directions (a link, see
+    :mod:`gym_remote.links.base`).
+
+    Interrupts: the only steps whose outcome an interrupt could hide are the system calls that send and
+    receive (their byte counts). Each stores its result where the channel finds it even if an interrupt
+    comes right after the call (:meth:`_send_now`), and the channel's state is then brought up to date
+    from the stored result, a step that can be repeated (:meth:`_settle_send`, :meth:`_settle_read`): so a
+    send or read cut short completes on the next call.
+
+    Args:
+        sock: a connected ``AF_UNIX`` ``SOCK_STREAM`` socket, now owned by the channel.
+        max_frame_bytes: largest frame accepted from the peer (a larger one breaks the channel).
+    """
+
+    plane = "uds"
+
+    def __init__(self, sock: socket.socket, *, max_frame_bytes: int) -> None:
+        sock.setblocking(False)
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, option, BUFFER_BYTES)
+            except OSError:
+                pass
+        self.sock = sock
+        self._fd = sock.fileno()
+        self.max_frame_bytes = int(max_frame_bytes)
+        # receiving: bytes [_start, _end) of the buffer are in, not yet consumed
+        self._buffer = bytearray(FIRST_READ_BYTES)
+        self._view = memoryview(self._buffer)
+        self._start = 0
+        self._end = 0
+        self._current: FrameList | None = None  # the record handed out and not consumed yet
+        self._current_end = 0
+        self._read_base: int | None = None  # _end before the read in progress (None: none in progress)
+        self._read_result: deque[int] = deque()
+        # sending: the bytes not yet sent, as (position in the stream, bytes) segments; _sent is a position
+        self._outbox: deque[tuple[int, memoryview]] = deque()
+        self._sent = 0
+        self._send_base: int | None = None  # _sent before the send in progress (None: none in progress)
+        self._send_result: deque[int] = deque()
+        self._sending: list[Any] | None = None  # the caller's buffers the send in progress borrowed, if any
+        self._sending_end = 0  # the stream position after them
+        self._unsettled = False  # a send or a read is in progress, or an interrupt cut one short
+        self._broken = ""
+        self._closed = False
+        fork.register(self)
+
+    # -- the link ----------------------------------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def wants_write(self) -> bool:
+        """Whether bytes wait to be sent (the multiplexer then waits for room too)."""
+        return bool(self._outbox)
+
+    def stalled_for(self, now: float) -> float:
+        """Always 0: a channel's peer reads it from its application thread, which may be busy with an env
+        (or a learner with training) for as long as it likes; liveness stays with ZeroMQ."""
+        return 0.0
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._outbox.clear()
+            self.sock.close()
+
+    def forget_in_child(self) -> None:
+        self.close()
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    def send(self, frames: Sequence[Any]) -> None:
+        """Send ``frames`` as one record: what the socket takes now goes at once, the rest (copied) when
+        :meth:`flush` finds room. Never blocks.
+
+        Raises:
+            LinkBroken: the peer is gone.
+        """
+        if self._unsettled or self._broken or self._closed:
+            self._check_intact()
+        lengths = [len(frame) if type(frame) is bytes else memoryview(frame).nbytes for frame in frames]
+        count = len(lengths)
+        buffers = [_COUNT.pack(count) + _lengths(count).pack(*lengths), *frames]
+        if self._outbox:  # records before this one go first: it waits behind them, copied
+            self._queue_rest(buffers, self._queued_end(), 0)
+            self.flush()
+            return
+        self._send_now(buffers, borrowed=4 + 8 * count + sum(lengths))
+
+    def flush(self) -> bool:
+        """Send what waits, as far as the socket takes it now; True once nothing waits.
+
+        Raises:
+            LinkBroken: the peer is gone.
+        """
+        if self._unsettled or self._broken or self._closed:
+            self._check_intact()
+        outbox = self._outbox
+        if outbox:
+            self._trim()  # (what was sent leaves first, even if an interrupt cut short an earlier trimming)
+            start, first = outbox[0]
+            self._send_now([first[self._sent - start :], *(view for _, view in itertools.islice(outbox, 1, _IOV_MAX))])
+        return not self._outbox
+
+    def _send_now(self, buffers: list[Any], borrowed: int = 0) -> None:
+        """One ``sendmsg`` of ``buffers`` (never blocking), then its result is accounted for (:meth:`_settle_send`).
+        ``borrowed``: if not 0, they are the caller's (a new record of that many bytes), and what the socket does
+        not take of them is queued, copied; else they are the outbox's.
+
+        The byte count is kept where an interrupt cannot lose it: ``deque.extend`` over ``map`` calls the
+        system call and stores its result with no bytecode in between (CPython runs a Python signal handler
+        only between bytecodes, and the socket module checks for signals only when a call fails with EINTR).
+        """
+        self._send_result.clear()
+        self._sending = buffers if borrowed else None  # (these stores come with no call between them)
+        self._sending_end = self._sent + borrowed
+        self._send_base = self._sent
+        self._unsettled = True
+        try:
+            self._send_result.extend(map(self.sock.sendmsg, (buffers[:_IOV_MAX],), _NO_ANCILLARY, _SEND_FLAGS))
+        except BlockingIOError:
+            pass
+        except OSError as error:
+            raise self._broken_by(f"its data channel closed (sending failed: {error.strerror or error})") from None
+        self._settle_send()
+
+    def _settle_send(self) -> None:
+        """Account for the send in progress (if any): the bytes it sent, what it left of the buffers it borrowed
+        (queued, copied), and the outbox trimmed of what went. Repeatable."""
+        base = self._send_base
+        if base is not None:
+            self._sent = base + (self._send_result[0] if self._send_result else 0)
+            if self._sending is not None:
+                if self._sent < self._sending_end:
+                    self._queue_rest(self._sending, base, self._sent)
+                self._sending = None
+            self._send_base = None
+        self._trim()
+        self._unsettled = self._read_base is not None
+
+    def _trim(self) -> None:
+        """Drop from the outbox what was sent. Repeatable."""
+        outbox, sent = self._outbox, self._sent
+        while outbox and outbox[0][0] + outbox[0][1].nbytes <= sent:
+            outbox.popleft()
+
+    def _queue_rest(self, buffers: Sequence[Any], start: int, sent: int) -> None:
+        """Queue (copied) what lies past stream position ``sent`` of ``buffers``, which begin at ``start`` in the
+        stream, skipping what is queued already (so that it can be repeated)."""
+        end = self._queued_end()
+        segments = []
+        for buffer in buffers:
+            view = memoryview(buffer).cast("B")
+            stop = start + view.nbytes
+            begin = max(start, sent, end)
+            if begin < stop:
+                segments.append((begin, memoryview(bytes(view[begin - start :]))))
+            start = stop
+        self._outbox.extend(segments)
+
+    def _queued_end(self) -> int:
+        """The stream position after the last byte queued (or sent)."""
+        outbox = self._outbox
+        return outbox[-1][0] + outbox[-1][1].nbytes if outbox else self._sent
+
+    # -- receiving ---------------------------------------------------------------------------------
+
+    def buffered(self) -> bool:
+        """Whether a whole record, or bytes that break the channel, wait to be taken without a system call."""
+        if self._current is not None or self._broken or self._read_base is not None:
+            return True
+        try:
+            return self._record_end() is not None
+        except ProtocolError:
+            return True
+
+    def receive(self) -> FrameList | None:
+        """The next record if it has arrived whole (None if not yet); never blocks.
+
+        The record stays this channel's current one, handed out again by every call, until
+        :meth:`consume`; its frames are views valid until then.
+
+        Raises:
+            LinkBroken: the peer closed the channel or died (mid-record too), or sent a malformed or
+                oversized record.
+        """
+        if self._unsettled or self._broken or self._closed:
+            self._check_intact()
+        if self._current is not None:
+            return self._current
+        end = self._checked_record_end()
+        while end is None:
+            if not self._receive_some():
+                return None
+            end = self._checked_record_end()
+        record = FrameList(self._frames_of_record(end))
+        self._current_end = end
+        self._current = record
+        return record
+
+    def consume(self) -> None:
+        """The current record is taken care of: the next :meth:`receive` hands out the one after it."""
+        if self._current is not None:
+            self._start = self._current_end
+            self._current = None
+
+    def _checked_record_end(self) -> int | None:
+        try:
+            return self._record_end()
+        except ProtocolError as error:
+            raise self._broken_by(f"it sent a malformed message on its data channel: {error}") from None
+
+    def _record_end(self) -> int | None:
+        """The end offset of the record at ``_start`` if it is all here; its layout is checked first.
+
+        Raises:
+            ProtocolError: a frame count out of range, or a frame longer than the limit.
+        """
+        start, buffer = self._start, self._buffer
+        have = self._end - start
+        if have < 4:
+            return None
+        (count,) = _COUNT.unpack_from(buffer, start)
+        if not 1 <= count <= MAX_FRAMES:
+            raise ProtocolError(f"a data channel record of {count} frames (at most {MAX_FRAMES})")
+        prefix = 4 + 8 * count
+        if have < prefix:
+            return None
+        lengths = _lengths(count).unpack_from(buffer, start + 4)
+        largest = max(lengths)
+        if largest > self.max_frame_bytes:
+            raise ProtocolError(f"a frame of {largest} bytes exceeds the limit of {self.max_frame_bytes} bytes")
+        end = start + prefix + sum(lengths)
+        return end if self._end >= end else None
+
+    def _frames_of_record(self, end: int) -> list[memoryview]:
+        start = self._start
+        (count,) = _COUNT.unpack_from(self._buffer, start)
+        position = start + 4 + 8 * count
+        view, frames = self._view, []
+        for length in _lengths(count).unpack_from(self._buffer, start + 4):
+            frames.append(view[position : position + length])
+            position += length
+        return frames
+
+    def _receive_some(self) -> bool:
+        """Take in what has arrived, making room as bytes come (never for what a header announces);
+        False if nothing had arrived. Its byte count is kept as a send's is (see :meth:`_send_now`)."""
+        if self._end == len(self._buffer):
+            self._make_room()
+        self._read_result.clear()
+        self._read_base = self._end
+        self._unsettled = True
+        try:
+            self._read_result.extend(map(self.sock.recv_into, (self._view[self._end :],)))
+        except BlockingIOError:
+            self._read_base = None
+            self._unsettled = self._send_base is not None
+            return False
+        except OSError as error:
+            raise self._broken_by(f"its data channel closed (receiving failed: {error.strerror or error})") from None
+        return self._settle_read()
+
+    def _settle_read(self) -> bool:
+        """Account for the read in progress (if any); whether it took in bytes. Repeatable.
+
+        Raises:
+            LinkBroken: the read found the channel closed.
+        """
+        base = self._read_base
+        if base is None:
+            return False
+        if not self._read_result:  # it did not happen
+            self._read_base = None
+            self._unsettled = self._send_base is not None
+            return False
+        received = self._read_result[0]
+        if received == 0:
+            partial = " in the middle of a message" if base > self._start else ""
+            raise self._broken_by(f"its data channel closed{partial} (the peer closed it, or its process ended)")
+        self._end = base + received
+        self._read_base = None
+        self._unsettled = self._send_base is not None
+        return True
+
+    def _make_room(self) -> None:
+        """Room for more bytes: drop consumed ones, or a buffer twice the size (a new one, so that the frames
+        already handed out stay as they were)."""
+        start, end = self._start, self._end
+        if start:  # frames handed out before the current record are no longer valid
+            self._view[: end - start] = self._view[start:end]
+            self._start, self._end = 0, end - start
+            return
+        bigger = bytearray(2 * len(self._buffer))
+        bigger[:end] = self._view[:end]
+        self._buffer, self._view = bigger, memoryview(bigger)
+
+    # -- breaking ----------------------------------------------------------------------------------
+
+    def _check_intact(self) -> None:
+        """Refuse a broken or closed channel; else finish what an interrupt cut short: the results of a send
+        and a read are accounted for."""
+        if self._broken:
+            raise LinkBroken(self._broken)
+        if self._closed:
+            raise LinkBroken("its data channel is closed")
+        self._settle_send()
+        if self._read_base is not None:
+            self._settle_read()
+
+    def _broken_by(self, reason: str) -> LinkBroken:
+        """Mark the channel broken (for good: every later call raises the same); the error to raise."""
+        self._broken = self._broken or reason
+        self._outbox.clear()
+        return LinkBroken(self._broken)
+
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+_NO_ANCILLARY, _SEND_FLAGS = ((),), (_NOSIGNAL,)  # sendmsg's other arguments, for map() (the socket does not block)
+
+_LENGTHS: dict[int, struct.Struct] = {}
+
+
+def _lengths(count: int) -> struct.Struct:
+    """The struct of a record's ``count`` frame lengths (the few counts in use are kept)."""
+    layout = _LENGTHS.get(count)
+    if layout is None:
+        layout = struct.Struct(f"<{count}Q")
+        if len(_LENGTHS) < 64:
+            _LENGTHS[count] = layout
+    return layout
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """The peer process's (pid, uid, gid) as the kernel recorded them at connect time."""
+    return _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+
+
+def connect(name: bytes, token: bytes, *, max_frame_bytes: int, timeout: float = CONNECT_SECONDS) -> Channel:
+    """The client's side: connect to the server's data channel ``name`` and greet it with ``token``.
+
+    A listener whose queue of connections is full is tried again until ``timeout``.
+
+    Raises:
+        OSError: nothing listens there (another host, or a server without a data plane), the
+            listener belongs to another user, or its queue stayed full.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                sock.connect(name)
+                break
+            except BlockingIOError:  # EAGAIN: the listener's queue is full
+                if time.monotonic() > deadline:
+                    raise OSError(errno.EAGAIN, f"the listener's queue stayed full for {timeout:g} s") from None
+                time.sleep(0.01)
+        _, uid, _ = peer_credentials(sock)
+        if uid != os.getuid():
+            raise PermissionError(errno.EPERM, f"the data channel's listener runs as uid {uid}, not {os.getuid()}")
+        sock.settimeout(timeout)
+        sock.sendall(GREETING_MAGIC + token)
+        return Channel(sock, max_frame_bytes=max_frame_bytes)
+    except BaseException:
+        sock.close()
+        raise
+
+
+class _Pending:
+    """A connection the listener accepted: its peer, and the greeting as far as it came."""
+
+    __slots__ = ("sock", "pid", "since", "greeting")
+
+    def __init__(self, sock: socket.socket, pid: int, since: float) -> None:
+        self.sock, self.pid, self.since, self.greeting = sock, pid, since, b""
+
+
+class Listener:
+    """The server's side: a listening abstract socket and the connections not claimed yet.
+
+    Connections are accepted as soon as the multiplexer sees them (:meth:`service`); one from another
+    user is closed unread, one whose greeting does not come whole within :data:`GREETING_SECONDS` is
+    closed, and a greeted one is kept for :data:`PENDING_SECONDS` until the HELLO that names its token,
+    from the same process, claims it (:meth:`take`).
+    """
+
+    def __init__(self, name: bytes, *, max_frame_bytes: int) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(name)
+            sock.listen(socket.SOMAXCONN)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self.name = name
+        self.sock = sock
+        self.max_frame_bytes = max_frame_bytes
+        self.uid = os.getuid()
+        self._pending: dict[int, _Pending] = {}  # by descriptor: accepted, not claimed yet
+        self._greeted: dict[bytes, _Pending] = {}  # by token
+        self.refused = {"another user": 0, "no greeting in time": 0, "a bad greeting": 0, "too many": 0}
+        self._closed = False
+        fork.register(self)
+
+    def descriptors(self) -> list[int]:
+        """What the multiplexer waits on for this listener (reading): the listening socket, and each
+        connection whose greeting is still to come."""
+        waiting = (fd for fd, pending in self._pending.items() if len(pending.greeting) < GREETING_SIZE)
+        return [self.sock.fileno(), *waiting]
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether connections wait to be claimed (or to greet): :meth:`service` drops them when they overstay."""
+        return bool(self._pending)
+
+    def service(self, now: float) -> None:
+        """Accept the connections that wait, read the greetings that came, drop the stale."""
+        if self._closed:
+            return
+        self._accept(now)
+        for fd, pending in list(self._pending.items()):
+            if len(pending.greeting) < GREETING_SIZE:
+                self._read_greeting(fd, pending)
+        self._drop_stale(now)
+
+    def take(self, token: bytes, pid: int) -> Channel | None:
+        """The connection greeted with ``token`` by process ``pid``, as a channel; None if there is none."""
+        self.service(time.monotonic())
+        pending = self._greeted.pop(token, None)
+        if pending is None:
+            return None
+        del self._pending[pending.sock.fileno()]
+        if pending.pid != pid:
+            pending.sock.close()
+            return None
+        return Channel(pending.sock, max_frame_bytes=self.max_frame_bytes)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for pending in self._pending.values():
+            pending.sock.close()
+        self._pending.clear()
+        self._greeted.clear()
+        self.sock.close()
+
+    forget_in_child = close
+
+    def _accept(self, now: float) -> None:
+        while True:
+            try:
+                sock, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:  # e.g. out of descriptors: the rest stays queued for the next call
+                logger.warning("the data channel listener cannot accept a connection: %s", error)
+                return
+            pid, uid, _ = peer_credentials(sock)
+            if uid != self.uid:
+                self._refuse(sock, "another user")
+                continue
+            sock.setblocking(False)
+            self._pending[sock.fileno()] = _Pending(sock, pid, now)
+            while len(self._pending) > MAX_PENDING:
+                oldest = next(iter(self._pending))
+                self._drop(oldest, "too many")
+
+    def _read_greeting(self, fd: int, pending: _Pending) -> None:
+        try:
+            part = pending.sock.recv(GREETING_SIZE - len(pending.greeting))
+        except BlockingIOError:
+            return
+        except OSError:
+            part = b""
+        if not part:  # closed before greeting
+            self._drop(fd, None)
+            return
+        pending.greeting += part
+        if len(pending.greeting) < GREETING_SIZE:
+            return
+        if not pending.greeting.startswith(GREETING_MAGIC):
+            self._drop(fd, "a bad greeting")
+            return
+        token = pending.greeting[len(GREETING_MAGIC) :]
+        earlier = self._greeted.pop(token, None)
+        if earlier is not None:  # a token used twice: neither connection is trusted
+            self._drop(earlier.sock.fileno(), "a bad greeting")
+            self._drop(fd, "a bad greeting")
+            return
+        self._greeted[token] = pending
+
+    def _drop_stale(self, now: float) -> None:
+        for fd, pending in list(self._pending.items()):
+            if len(pending.greeting) < GREETING_SIZE and now - pending.since > GREETING_SECONDS:
+                self._drop(fd, "no greeting in time")
+            elif now - pending.since > PENDING_SECONDS:
+                self._drop(fd, None)
+
+    def _drop(self, fd: int, reason: str | None) -> None:
+        pending = self._pending.pop(fd, None)
+        if pending is None:
+            return
+        if len(pending.greeting) == GREETING_SIZE:
+            self._greeted.pop(pending.greeting[len(GREETING_MAGIC) :], None)
+        self._refuse(pending.sock, reason)
+
+    def _refuse(self, sock: socket.socket, reason: str | None) -> None:
+        sock.close()
+        if reason is not None:
+            self.refused[reason] += 1
+            if self.refused[reason] == 1:  # once per reason; the counts are in the server's connection_stats()
+                logger.warning("the data channel listener closed a connection: %s (logged once)", _WHY[reason])
+
+
+_WHY = {
+    "another user": "its process runs as another user",
+    "no greeting in time": f"it did not send its greeting within {GREETING_SECONDS:g} s",
+    "a bad greeting": "its greeting was malformed, or its token was used twice",
+    "too many": f"more than {MAX_PENDING} connections waited to be claimed (the oldest is closed)",
+}

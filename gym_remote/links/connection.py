@@ -1,0 +1,206 @@
+"""A client's links to its server for one session: a :class:`~gym_remote.links.zeromq.Dealer`, and on the
+server's host a data channel (PROTOCOL.md §13), waited on together.
+
+Before its WELCOME a client speaks over the DEALER only; a data channel it greeted waits unused. If the
+WELCOME takes the channel, the membership's messages travel on it (:meth:`ServerConnection.use_channel`)
+while the server's probes still come over ZeroMQ; :meth:`ServerConnection.next_message` reads whichever
+has a message, and sends what waits in either link while it waits.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gym_remote.links.base import LinkBroken, Message
+from gym_remote.links.channel import Channel, address_for, connect, new_token
+from gym_remote.links.zeromq import (
+    PROTOCOL_ERROR_MECHANISM_MISMATCH,
+    ConnectionEvent,
+    Dealer,
+    new_context,
+    terminate,
+)
+from gym_remote.security import ClientSecurity
+
+__all__ = [
+    "ServerConnection",
+    "ConnectionEvent",
+    "PROTOCOL_ERROR_MECHANISM_MISMATCH",
+    "new_context",
+    "terminate",
+]
+
+_READ, _WRITE = select.POLLIN, select.POLLOUT
+
+
+class ServerConnection:
+    """One session's links to the server at ``address`` (see the module's docstring).
+
+    Args:
+        context: the client's ZeroMQ context.
+        address: the server's endpoint.
+        session: this session's routing id (32 hex characters).
+        liveness_timeout: ZMTP heartbeats close a connection silent for this long.
+        security: the server's public key and this client's keys (None: a plain connection).
+
+    Raises:
+        ValueError: ZeroMQ cannot connect to ``address``.
+    """
+
+    def __init__(
+        self,
+        context: Any,
+        address: str,
+        session: str,
+        *,
+        liveness_timeout: float,
+        security: ClientSecurity | None = None,
+    ) -> None:
+        self.address = address
+        self.dealer = Dealer(context, address, session.encode(), liveness_timeout=liveness_timeout, security=security)
+        self.channel: Channel | None = None  # greeted, or in use once the WELCOME took it
+        self.token = b""
+        self.on_channel = False  # the WELCOME took the channel: the membership's messages travel on it
+        self._handed_out = False  # the channel's current record was handed out (a client handles one at a time)
+        self._channel_poll = select.poll()
+        self._messages = 0
+
+    # -- the data channel --------------------------------------------------------------------------
+
+    def open_channel(self, max_frame_bytes: int) -> tuple[str, bool]:
+        """Connect to the server's data channel and greet it with a new token.
+
+        Returns:
+            ``("", False)`` on success; else why not, and whether that is unexpected (nothing listening is
+            expected: another host, or a server without a data plane).
+        """
+        self.close_channel()
+        token = new_token()
+        try:
+            self.channel = connect(address_for(self.address), token, max_frame_bytes=max_frame_bytes)
+        except OSError as error:
+            nothing_there = error.errno in (errno.ENOENT, errno.ECONNREFUSED)
+            return error.strerror or str(error), not nothing_there
+        self.token = token
+        return "", False
+
+    def use_channel(self) -> None:
+        """The WELCOME took the channel: from now on the membership's messages travel on it."""
+        if self.channel is not None:
+            self._channel_poll = select.poll()
+            self._channel_poll.register(self.channel.fileno(), _READ)
+            self.on_channel = True
+
+    def close_channel(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        self.on_channel = False
+        self.token = b""
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    def send(self, frames: Sequence[Any]) -> None:
+        """Send one message on the membership's link; never blocks (what waits goes out while it waits).
+
+        Raises:
+            LinkBroken: the link is broken (the server is gone, or an interrupt cut a send short).
+        """
+        (self.channel if self.on_channel else self.dealer).send(frames)
+
+    def send_last(self, frames: Sequence[Any], timeout: float) -> bool:
+        """Send a last message (a BYE), waiting at most ``timeout`` for it to go out; False if it did not."""
+        try:
+            if not self.on_channel:
+                return self.dealer.send_now(frames)  # the socket's linger delivers it
+            self.channel.send(frames)
+            deadline = time.monotonic() + timeout
+            while not self.channel.flush():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                _wait(self.channel.fileno(), _WRITE, remaining)
+            return True
+        except LinkBroken:
+            return False
+
+    # -- receiving ---------------------------------------------------------------------------------
+
+    def next_message(self, timeout: float, spin: float = 0.0) -> tuple[bytes, Message] | None:
+        """The next message's header frame and the rest, waiting at most ``timeout`` seconds (None if none
+        came; the caller then looks at :meth:`events`).
+
+        Over the data channel, commands come there; the server's probes come over ZeroMQ, looked at every
+        64 messages and whenever the channel stays quiet for ``timeout``.
+
+        ``spin``: over the data channel, first busy-check it for that many seconds, yielding the core to
+        any other runnable thread between checks.
+
+        Raises:
+            LinkBroken: the data channel closed or broke (the server is gone), or an interrupt cut a read short.
+        """
+        if self._handed_out:  # the last message is done with
+            self._handed_out = False
+            self.channel.consume()
+        self.dealer.flush()
+        if not self.on_channel:
+            return self.dealer.receive(timeout)
+        self._messages += 1
+        if not self._messages & 63:
+            message = self.dealer.receive()
+            if message is not None:
+                return message
+        return self._from_channel(timeout, spin) or self.dealer.receive()
+
+    def _from_channel(self, timeout: float, spin: float) -> tuple[bytes, Message] | None:
+        """The next record of the data channel, waiting at most ``timeout`` seconds (and sending what waits)."""
+        channel = self.channel
+        if channel.wants_write:
+            channel.flush()
+        record = channel.receive()
+        if record is None and spin > 0:
+            clock, yield_core, receive = time.perf_counter, os.sched_yield, channel.receive
+            until = clock() + spin
+            while record is None and clock() < until:
+                yield_core()
+                record = receive()
+        if record is None:
+            deadline = time.monotonic() + timeout
+            poll = self._channel_poll
+            while record is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                poll.modify(channel.fileno(), _READ | (_WRITE if channel.wants_write else 0))
+                for _, events in poll.poll(int(remaining * 1000) + 1):
+                    if events & _WRITE:
+                        channel.flush()
+                record = channel.receive()
+        self._handed_out = True
+        record.rewind()
+        return record.next(), record
+
+    # -- the connection ------------------------------------------------------------------------------
+
+    def events(self) -> list[tuple[ConnectionEvent, int]]:
+        """What happened to the ZeroMQ connection since the last call (see :class:`ConnectionEvent`)."""
+        return self.dealer.events()
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds for which the server has taken nothing this client sent over ZeroMQ (0 if nothing waits)."""
+        return self.dealer.stalled_for(now)
+
+    def close(self, linger: int = 0) -> None:
+        self.close_channel()
+        self.dealer.close(linger)
+
+
+def _wait(fd: int, events: int, timeout: float) -> None:
+    poller = select.poll()
+    poller.register(fd, events)
+    poller.poll(int(timeout * 1000) + 1)

@@ -1,0 +1,204 @@
+"""The gatekeeper: a thread that answers a server socket's ZAP requests by a
+:class:`~gym_remote.security.GatePolicy`, and counts the socket's connections for it.
+
+libzmq holds every connection's handshake until its ZAP request is answered, whatever the learner's
+thread is doing, so the answers come from a thread of their own with sockets of their own (one socket,
+one thread): the ZAP socket, a monitor of the watched socket's connections, and a socket that wakes
+the thread to stop. What to answer is the policy's; this module only moves the messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from gym_remote.security import (
+    DEFAULT_HANDSHAKE_RATE,
+    HANDSHAKE_SECONDS,
+    ZAP_DOMAIN,
+    AuthorizedKeys,
+    GatePolicy,
+)
+
+__all__ = ["Gatekeeper", "ZAP_ENDPOINT"]
+
+logger = logging.getLogger(__name__)
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"
+_CONNECTION_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+
+GATEKEEPER_POLL_MS = 200
+"""The gatekeeper thread's longest wait in ZeroMQ: it holds its sockets' lock no longer than this."""
+
+GATEKEEPER_CLOSE_SECONDS = 5.0
+"""How long :meth:`Gatekeeper.close` waits at most by default."""
+
+
+class Gatekeeper:
+    """Answers a server socket's ZAP requests in a thread: CURVE keys, connection count, handshake rate.
+
+    Every socket of ``context`` with a ZAP domain or a security mechanism asks it, so a server that
+    uses one owns its context. Denials never reach the gym_remote protocol: libzmq closes the connection.
+
+    Args:
+        context: the server's own ZeroMQ context.
+        authorized: the client keys accepted (None: plain connections, which are only counted and rated).
+        max_connections: connections open at once beyond which new handshakes are refused.
+        handshake_rate: handshakes per second one network address may start (bursts of twice as many).
+    """
+
+    def __init__(
+        self,
+        context: zmq.Context,
+        authorized: AuthorizedKeys | None,
+        *,
+        max_connections: int,
+        handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
+    ) -> None:
+        self.policy = GatePolicy(authorized, max_connections=max_connections, handshake_rate=handshake_rate)
+        self._stopping = threading.Event()
+        # Held by whoever uses the sockets (the thread while it polls, receives or replies; close() to close
+        # them under a thread that is stuck elsewhere, in a key lookup say): never two threads in libzmq at once.
+        self._sockets_lock = threading.RLock()
+        self._sockets_closed = False
+        self._monitor_address = f"inproc://gym-remote-gatekeeper-{id(self):x}"
+        self._context = context
+        self._zap = context.socket(zmq.REP)
+        self._zap.setsockopt(zmq.LINGER, 0)
+        try:
+            self._zap.bind(ZAP_ENDPOINT)
+        except zmq.ZMQError:
+            self._zap.close()
+            raise
+        self._monitor: zmq.Socket | None = None
+        self._wake = context.socket(zmq.PAIR)  # close() wakes the thread through it
+        self._wake.setsockopt(zmq.LINGER, 0)
+        self._wake.bind(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
+        self._thread = threading.Thread(target=self._run, name="gym_remote-gatekeeper", daemon=True)
+
+    @property
+    def handshake_burst(self) -> float:
+        return self.policy.handshake_burst
+
+    def watch(self, sock: zmq.Socket) -> None:
+        """Count ``sock``'s connections (call before it binds, from the thread that owns it)."""
+        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_SECONDS * 1000))
+        sock.monitor(self._monitor_address, _CONNECTION_EVENTS)
+        self._monitor = self._context.socket(zmq.PAIR)
+        self._monitor.setsockopt(zmq.LINGER, 0)
+        self._monitor.connect(self._monitor_address)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stats(self) -> dict[str, Any]:
+        """Connections open now, handshakes accepted, and handshakes denied by reason."""
+        return self.policy.stats()
+
+    def close(self, sock: zmq.Socket | None = None, timeout: float = GATEKEEPER_CLOSE_SECONDS) -> bool:
+        """Stop the thread and close its sockets, within about ``timeout`` seconds whatever the thread does
+        (``sock``: the watched socket, whose monitor ends first).
+
+        A thread that does not stop in time (stuck in a key lookup, say) has its sockets closed under it,
+        so that ``context.term()`` cannot wait for them; it ends when it gets back to them.
+
+        Returns:
+            True once the gatekeeper's sockets are closed; False (logged) if they could not be, in which
+            case terminate the context with :func:`gym_remote.links.zeromq.terminate`, which is bounded.
+        """
+        deadline = time.monotonic() + timeout
+        if sock is not None and not sock.closed:
+            try:
+                sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._wake_thread()
+            self._thread.join(timeout / 2)  # the other half: for its sockets' lock if it is stuck
+        if not self._thread.is_alive():
+            self._close_sockets()
+            return True
+        if not self._sockets_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            logger.error(
+                "the gatekeeper thread did not stop within %g s and holds its sockets; they stay open, and "
+                "context.term() would wait for them (gym_remote.links.zeromq.terminate does not)",
+                timeout,
+            )
+            return False
+        try:
+            self._close_sockets()
+        finally:
+            self._sockets_lock.release()
+        logger.warning(
+            "the gatekeeper thread did not stop within %g s; its sockets were closed under it (it ends when it "
+            "gets back to them)",
+            timeout / 2,
+        )
+        return True
+
+    def _wake_thread(self) -> None:
+        try:
+            waker = self._context.socket(zmq.PAIR)
+        except zmq.ZMQError:  # the context is closed already: the thread's polls fail and it ends
+            return
+        waker.connect(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
+        try:
+            waker.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:  # the thread saw the stop flag and closed its end already
+            pass
+        waker.close(linger=100)
+
+    def _close_sockets(self) -> None:
+        with self._sockets_lock:
+            self._sockets_closed = True
+            for owned in (self._zap, self._monitor, self._wake):
+                if owned is not None:
+                    owned.close(linger=0)
+
+    # -- the thread --------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._zap, zmq.POLLIN)
+        poller.register(self._wake, zmq.POLLIN)
+        if self._monitor is not None:
+            poller.register(self._monitor, zmq.POLLIN)
+        try:
+            while not self._stopping.is_set():
+                with self._sockets_lock:
+                    if self._sockets_closed:  # by close(), while this thread was answering
+                        return
+                    ready = dict(poller.poll(GATEKEEPER_POLL_MS))
+                    if self._monitor in ready:  # connection events first: a handshake's own connection is counted
+                        self._read_connection_events()
+                    if self._zap not in ready:
+                        continue
+                    request = self._zap.recv_multipart()
+                reply = self.policy.answer(request)  # without the lock: a lookup may rescan a slow key directory
+                with self._sockets_lock:
+                    if self._sockets_closed:
+                        return
+                    self._zap.send_multipart(reply)
+        except zmq.ZMQError as error:  # the context is being terminated
+            if not self._stopping.is_set():
+                logger.error("the gatekeeper stopped: %s", error)
+        finally:
+            self._close_sockets()
+
+    def _read_connection_events(self) -> None:
+        while True:
+            try:
+                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self.policy.connection_opened(event["value"])
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self.policy.connection_closed(event["value"])

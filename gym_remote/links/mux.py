@@ -1,0 +1,184 @@
+"""One wait on every link of the learner: the ROUTER socket, the members' data channels and the channel
+listener, in a single ``poll()``.
+
+:class:`Multiplexer` hands out one event per call of :meth:`Multiplexer.next`: a message arrived (an
+:class:`~gym_remote.links.base.Arrival`, current until its handler consumes it), a member's link broke
+(:class:`~gym_remote.links.base.Broken`), or an interrupt cut a message short
+(:class:`~gym_remote.links.base.CutShort`). While it waits it also sends what waits in the channels'
+outboxes and accepts connections to the listener, so nothing is sent or accepted member by member.
+Liveness is not its business: the server checks every member it awaits in one pass after each wait.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections import deque
+
+from gym_remote.links.base import Arrival, Broken, CutShort, LinkBroken
+from gym_remote.links.channel import Channel, Listener
+from gym_remote.links.zeromq import Router
+
+__all__ = ["Multiplexer"]
+
+_READ, _WRITE = select.POLLIN, select.POLLOUT
+_TROUBLE = select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+Event = Arrival | Broken | CutShort
+
+
+class Multiplexer:
+    """The learner's links, waited on together.
+
+    Args:
+        router: the ROUTER socket every peer's ZeroMQ messages arrive on.
+        listener: the data channel listener, if the server offers the data plane.
+    """
+
+    def __init__(self, router: Router, listener: Listener | None = None) -> None:
+        self.router = router
+        self.listener = listener
+        self.channels: dict[bytes, Channel] = {}  # members served over a data channel, by identity
+        self._of_fd: dict[int, bytes] = {}
+        self._poll = select.poll()
+        self._registered: dict[int, int] = {}
+        self._layout: tuple = ()  # what the poll set was made for (see _register)
+        self._broken: deque[Broken] = deque()  # links found broken while waiting, to hand out
+        self._turn = 0  # whose messages are looked at first, for fairness between the router and channels
+
+    def add(self, identity: bytes, channel: Channel) -> None:
+        """Wait on ``channel``, the data channel of member ``identity``, too."""
+        self.channels[identity] = channel
+        self._of_fd[channel.fileno()] = identity
+
+    def remove(self, identity: bytes) -> Channel | None:
+        """Stop waiting on the data channel of ``identity`` (which the caller closes); it, or None."""
+        channel = self.channels.pop(identity, None)
+        if channel is not None:
+            fd = channel.fileno()
+            self._of_fd.pop(fd, None)
+            if self._registered.pop(fd, None) is not None:
+                self._poll.unregister(fd)
+            self._layout = ()
+        return channel
+
+    def next(self, timeout: float, spin: float = 0.0) -> Event | None:
+        """The next event, waiting at most ``timeout`` seconds (None if nothing happened).
+
+        ``spin``: first busy-check the links for that many seconds (a thread's wake-up costs tens of
+        microseconds, as much as a cheap env's step).
+        """
+        event = self._ready()
+        if event is not None:
+            return event
+        if spin > 0:
+            event = self._spin(time.perf_counter() + spin)
+            if event is not None:
+                return event
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._sleep(remaining)
+            event = self._ready()
+            if event is not None:
+                return event
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _ready(self) -> Event | None:
+        """An event that needs no waiting: a broken link, a message on the router, a record in a channel's
+        buffer. The router and the channels take turns at being looked at first."""
+        if self._broken:
+            return self._broken.popleft()
+        self._turn ^= 1
+        if self._turn:
+            return self._from_router() or self._from_channels()
+        return self._from_channels() or self._from_router()
+
+    def _from_router(self) -> Event | None:
+        return self.router.receive() if self.router.readable() else None
+
+    def _from_channels(self) -> Event | None:
+        for identity, channel in self.channels.items():
+            if channel.buffered():
+                return self._from_channel(identity, channel)
+        return None
+
+    def _from_channel(self, identity: bytes, channel: Channel) -> Event | None:
+        """The current record of ``channel`` as an arrival (None if none is whole), or its link broken."""
+        try:
+            record = channel.receive()
+        except LinkBroken as error:
+            return Broken(identity, str(error))
+        if record is None:
+            return None
+        record.rewind()  # (handed out again if its handler was cut short)
+        return Arrival(identity, record.next(), record, channel)
+
+    def _spin(self, until: float) -> Event | None:
+        """Busy-check the router and read the channels until an event or ``until`` (``time.perf_counter``)."""
+        clock, router = time.perf_counter, self.router
+        while clock() < until:
+            if router.readable():
+                event = router.receive()
+                if event is not None:
+                    return event
+            for identity, channel in self.channels.items():
+                try:
+                    if channel.wants_write:
+                        channel.flush()
+                except LinkBroken as error:
+                    return Broken(identity, str(error))
+                event = self._from_channel(identity, channel)
+                if event is not None:
+                    return event
+        return None
+
+    def _sleep(self, timeout: float) -> None:
+        """One ``poll()`` on every link (at most ``timeout`` seconds), then what it found: reading channels
+        that have bytes, sending what waits where there is room, accepting connections."""
+        self._register()
+        found = self._poll.poll(int(timeout * 1000) + 1)
+        listener = self.listener
+        serve_listener = listener is not None and listener.has_pending  # drop connections that overstay
+        for fd, events in found:
+            identity = self._of_fd.get(fd)
+            if identity is None:  # the router's descriptor (its events are read in _ready) or the listener's
+                serve_listener = listener is not None
+                continue
+            channel = self.channels[identity]
+            try:
+                if events & (_WRITE | _TROUBLE) and channel.wants_write:
+                    channel.flush()
+                if events & (_READ | _TROUBLE):
+                    channel.receive()
+            except LinkBroken as error:
+                self._broken.append(Broken(identity, str(error)))
+        if serve_listener:
+            listener.service(time.monotonic())
+
+    def _register(self) -> None:
+        """Bring the poll set up to date (when it changed): what each descriptor is to be waited for now."""
+        writers = tuple(fd for fd, identity in self._of_fd.items() if self.channels[identity].wants_write)
+        listening = tuple(self.listener.descriptors()) if self.listener is not None else ()
+        layout = (tuple(self._of_fd), writers, listening)
+        if layout == self._layout:
+            return
+        self._layout = layout
+        wanted = {self.router.fileno(): _READ}
+        for fd in self._of_fd:
+            wanted[fd] = _READ
+        for fd in writers:
+            wanted[fd] = _READ | _WRITE
+        for fd in listening:
+            wanted[fd] = _READ
+        registered, poll = self._registered, self._poll
+        for fd in [fd for fd in registered if fd not in wanted]:
+            del registered[fd]
+            poll.unregister(fd)
+        for fd, events in wanted.items():
+            if registered.get(fd) != events:
+                registered[fd] = events
+                poll.register(fd, events)
