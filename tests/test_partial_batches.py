@@ -348,6 +348,25 @@ def test_no_slot_starves_at_equal_speeds(local_envs):
 
 # -- 5. clients joining and leaving -----------------------------------------------------------------
 
+
+def timed_server(stack, num_envs: int, mode: Any) -> RemoteVectorEnv:
+    """A server-form vector of ``num_envs`` slots for TimedEnvs in partial batches of 2, in autoreset ``mode``,
+    its clients to come (closed at teardown)."""
+    single = TimedEnv()
+    envs = RemoteVectorEnv(
+        num_envs=num_envs,
+        batch_size=2,
+        autoreset_mode=mode,
+        observation_space=single.observation_space,
+        action_space=single.action_space,
+        timeout=20,
+        connect_timeout=20,
+        liveness_timeout=LIVENESS,
+    )
+    stack.callback(envs.close)
+    return envs
+
+
 CLIENT_SCRIPT = """
 import functools, sys
 from gym_remote import EnvClient
@@ -369,18 +388,7 @@ def label_of(entry: Entry) -> int:
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.value)
 def test_clients_join_and_leave_while_partial_batches_run(mode, stack, thread_clients, reaper, tmp_path):
-    single = TimedEnv()
-    envs = RemoteVectorEnv(
-        num_envs=6,
-        batch_size=2,
-        autoreset_mode=mode,
-        observation_space=single.observation_space,
-        action_space=single.action_space,
-        timeout=20,
-        connect_timeout=20,
-        liveness_timeout=LIVENESS,
-    )
-    stack.callback(envs.close)
+    envs = timed_server(stack, 6, mode)
     fast = {label: functools.partial(make_timed, label, 0.002, 8) for label in range(8)}
     for labels in ((0, 1), (2, 3)):
         thread_clients.append(ThreadClient(envs.address, [fast[label] for label in labels], liveness_timeout=LIVENESS))
@@ -767,23 +775,6 @@ def test_a_lost_client_with_an_idle_slot_is_replaced_while_the_loss_of_that_slot
             kill_local_clients(pids)
 
 
-def two_slot_server(stack) -> RemoteVectorEnv:
-    """A SAME_STEP vector of 2 slots for TimedEnvs in partial batches of 2, clients to come (closed at teardown)."""
-    single = TimedEnv()
-    envs = RemoteVectorEnv(
-        num_envs=2,
-        batch_size=2,
-        autoreset_mode="SameStep",
-        observation_space=single.observation_space,
-        action_space=single.action_space,
-        timeout=20,
-        connect_timeout=20,
-        liveness_timeout=LIVENESS,
-    )
-    stack.callback(envs.close)
-    return envs
-
-
 REPLACEMENT_SCRIPT = """
 import functools, sys
 from gym_remote import EnvClient
@@ -803,7 +794,7 @@ def test_a_replacement_lost_right_after_its_reset_landed_has_its_own_loss_report
     replacement B resets (its reset lands) and is lost at once, while recv() still waits for the other slot. recv()
     reports A's loss with B's reset; the slot's next result must report B's loss (B's episode ended with
     it), with replacement C's reset, rather than step C's env as if nothing had happened."""
-    envs = two_slot_server(stack)
+    envs = timed_server(stack, 2, "SameStep")
 
     def client(label: int, exit_after: float = 0.0):
         return reaper.popen([sys.executable, "-c", REPLACEMENT_SCRIPT, envs.address, str(label), str(exit_after)])
@@ -838,7 +829,7 @@ def test_a_loss_report_waiting_for_a_replacement_in_line_comes_at_once(stack, re
     """SAME_STEP partial batches: a client is lost with its slot in flight while another waits in line. The
     waiting client takes the slot at once, and the loss report (with its reset) is returned by the same
     recv() without waiting for anything else to happen."""
-    envs = two_slot_server(stack)
+    envs = timed_server(stack, 2, "SameStep")
 
     def client(label: int):
         return reaper.popen([sys.executable, "-c", REPLACEMENT_SCRIPT, envs.address, str(label), "0"])
