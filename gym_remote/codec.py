@@ -21,7 +21,7 @@ import json
 import math
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import cloudpickle
@@ -222,7 +222,10 @@ def decode(body: bytes, buffers: Sequence[Any] = (), *, allow_pickle: bool = Fal
     try:
         text = bytes(body).decode("utf-8")
         tree = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-        return _Decoder(buffers, allow_pickle).value(tree, 0)
+        decoder = _Decoder(buffers, allow_pickle)
+        value = decoder.value(tree, 0)
+        decoder.check_all_used()
+        return value
     except ProtocolError:
         raise
     except (ValueError, TypeError, OverflowError, RecursionError, IndexError, KeyError) as error:
@@ -244,12 +247,23 @@ class _Decoder:
     def __init__(self, buffers: Sequence[Any], allow_pickle: bool) -> None:
         self.buffers = buffers
         self.allow_pickle = allow_pickle
+        self.used: set[int] = set()
 
     def buffer(self, index: Any) -> memoryview:
         if type(index) is not int or not 0 <= index < len(self.buffers):
             raise ProtocolError(f"malformed value: buffer index {index!r} (the message has {len(self.buffers)})")
+        self.used.add(index)
         view = memoryview(self.buffers[index])
         return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+    def check_all_used(self) -> None:
+        """Every buffer frame must be referred to: an extra frame makes a message malformed, it is not padding."""
+        if len(self.used) != len(self.buffers):
+            unused = len(self.buffers) - len(self.used)
+            raise ProtocolError(
+                f"malformed value: {unused} of its {len(self.buffers)} buffer frames {'is' if unused == 1 else 'are'} "
+                "not referred to by the body"
+            )
 
     def value(self, tree: Any, depth: int) -> Any:
         kind = type(tree)
@@ -701,13 +715,14 @@ def batch_leaves(space: spaces.Space, batch: Any) -> list[np.ndarray]:
 
 def leaves_to_batch(space: spaces.Space, leaves: Sequence[np.ndarray]) -> Any:
     """The batch (array, dict or tuple) of ``space`` made of ``leaves``: the inverse of :func:`batch_leaves`."""
-    remaining = iter(leaves)
+    return _rebuild(space, iter(leaves))
 
-    def rebuild(node: spaces.Space) -> Any:
-        if isinstance(node, _BOX_LIKE):
-            return next(remaining)
-        if isinstance(node, spaces.Dict):
-            return {key: rebuild(child) for key, child in node.spaces.items()}
-        return tuple(rebuild(child) for child in node.spaces)
 
-    return rebuild(space)
+def _rebuild(node: spaces.Space, remaining: Iterator[np.ndarray]) -> Any:
+    # a module-level function, not a closure calling itself: that would be a reference cycle holding the
+    # leaves (observations, on the step path) until the garbage collector's next full pass
+    if isinstance(node, _BOX_LIKE):
+        return next(remaining)
+    if isinstance(node, spaces.Dict):
+        return {key: _rebuild(child, remaining) for key, child in node.spaces.items()}
+    return tuple(_rebuild(child, remaining) for child in node.spaces)

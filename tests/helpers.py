@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import os
 import secrets
@@ -70,6 +71,18 @@ def assert_same_steps(
 
 
 # -- waiting ---------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def garbage_collection_paused():
+    """No cyclic garbage collection inside: for tests that raise from a signal handler at random moments, so that
+    the interrupt never lands in the finalizer of another test's garbage (Python reports it as unraisable)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:

@@ -2228,6 +2228,28 @@ def test_batch_leaves_identity():
     assert leaves[2] is batch["b"][1]
 
 
+@pytest.mark.parametrize("space", BATCH_SPACES, ids=lambda s: str(s)[:40])
+def test_leaves_to_batch_rebuilds_the_batch_and_leaves_no_garbage_cycle(space):
+    """The batch made of the leaves is freed as soon as it is dropped: no reference cycle keeps the leaves (the
+    observations of a step) alive until the garbage collector's next full pass."""
+    import gc
+
+    batch = create_empty_array(space, 2)
+    leaves = [leaf.copy() for leaf in batch_leaves(space, batch)]
+    rebuilt = codec.leaves_to_batch(space, leaves)
+    assert [leaf is rebuilt_leaf for leaf, rebuilt_leaf in zip(leaves, batch_leaves(space, rebuilt))] == [True] * len(
+        leaves
+    )
+    del rebuilt
+    gc.collect()
+    gc.disable()
+    try:
+        codec.leaves_to_batch(space, leaves)
+        assert gc.collect() == 0, "leaves_to_batch left objects only the garbage collector can free"
+    finally:
+        gc.enable()
+
+
 def test_all_public_names_exist():
     for name in codec.__all__:
         assert hasattr(codec, name)

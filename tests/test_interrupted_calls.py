@@ -24,6 +24,7 @@ from gym_remote.errors import ProtocolError
 from gym_remote.protocol import Kind
 from tests.envs import Counter, Napper
 from tests.envs.faults import make_action_digest
+from tests.helpers import garbage_collection_paused
 
 pytestmark = pytest.mark.timeout(90, method="thread")  # the tests use SIGALRM themselves
 
@@ -186,6 +187,7 @@ def test_a_send_interrupted_mid_message_is_sent_whole_or_not_at_all():
 
 @pytest.mark.timeout(120, method="thread")
 @pytest.mark.parametrize("batch_size", [1, 2], ids=["batches-of-1", "batches-of-2"])
+@garbage_collection_paused()
 def test_interrupted_recvs_never_lose_a_reply(batch_size):
     """recv() interrupted at random moments (microseconds to milliseconds in, while replies of 320 KB
     arrive), hundreds of times, each followed by uninterrupted recv() calls: these never hang (a result

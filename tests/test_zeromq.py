@@ -1,8 +1,9 @@
-"""gym_remote.links.zeromq against a real DEALER over ipc: the router's sends are whole or not at all, whatever
-Python-level call an interrupt comes at.
+"""gym_remote.links.zeromq against a real DEALER over ipc: an interrupted send never leaves part of a message, nor
+lets it run into the next; at a Python-level call it goes out whole or not at all.
 
 An interrupt (Ctrl-C) reaches Python code where it checks for signals, at the start of every Python function
-among others. ``sys.settrace`` raising at the n-th function entry stands for one, for every n in turn.
+among others. ``sys.settrace`` raising at the n-th function entry stands for one, for every n in turn. Inside
+pyzmq's compiled send it can come before the frame is queued or after; a send that raises there stands for one.
 """
 
 from __future__ import annotations
@@ -125,4 +126,72 @@ def test_a_send_that_finishes_an_interrupted_one_can_be_interrupted_too(router_a
             if not second_cut:
                 break
         if not first_cut:
+            break
+
+
+def _doubled_once(message: list[bytes], whole: list[bytes], routing_id: bytes) -> bool:
+    """Whether ``message`` is ``whole`` with one of its frames (or the routing id, in front) sent twice."""
+    return len(message) == len(whole) + 1 and any(
+        message[:at] + message[at + 1 :] == whole and message[at] == ([routing_id, *whole])[at]
+        for at in range(len(message))
+    )
+
+
+def _interrupting_send(send, number: int, before: bool):
+    """``send``, raising :class:`_Interrupt` at its ``number``-th call, ``before`` queueing the frame or after."""
+    calls = 0
+
+    def interrupting(*args):
+        nonlocal calls
+        calls += 1
+        if calls == number and before:
+            raise _Interrupt
+        result = send(*args)
+        if calls == number:
+            raise _Interrupt
+        return result
+
+    return interrupting
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_send_interrupted_inside_the_compiled_send_never_runs_into_the_next_message(
+    router_and_dealer, monkeypatch, when
+):
+    """pyzmq's compiled send checks for signals before it queues a frame as well as after, so an interrupt out of
+    it leaves in doubt whether that frame went out. For every n: the n-th frame's send raises ``before`` or
+    ``after`` queueing it, then two more messages go out. The dealer gets the interrupted message whole, or
+    with one frame doubled (a malformed message a client answers with ERROR), and then the next two whole:
+    no message runs into the next."""
+    from gym_remote.links import zeromq as zeromq_link
+
+    router, dealer = router_and_dealer
+    compiled = zeromq_link._queue
+    frames = [b"header-frame", np.arange(10, dtype=np.int64), b"middle", b"tail"]
+    whole = [bytes(memoryview(frame).cast("B")) for frame in frames]
+    for number in range(1, len(frames) + 2):
+        monkeypatch.setattr(zeromq_link, "_queue", _interrupting_send(compiled, number, before=when == "before"))
+        cut = False
+        try:
+            router.send(b"dealer", frames)
+        except _Interrupt:
+            cut = True
+        monkeypatch.setattr(zeromq_link, "_queue", compiled)
+        router.send(b"dealer", [b"next", str(number).encode()])
+        router.send(b"dealer", [b"marker", str(number).encode()])
+        received = []
+        while True:
+            assert dealer.poll(10_000), f"frame {number} interrupted {when} its send: the marker never came"
+            message = dealer.recv_multipart()
+            received.append(message)
+            if message[0] == b"marker" or len(received) > 3:
+                break
+        assert received[-2:] == [[b"next", str(number).encode()], [b"marker", str(number).encode()]], (
+            f"frame {number} interrupted {when} its send: the dealer got {received}"
+        )
+        assert len(received) == 3, f"frame {number} interrupted {when} its send: the dealer got {received}"
+        assert received[0] == whole or (cut and _doubled_once(received[0], whole, b"dealer")), (
+            f"frame {number} interrupted {when} its send: the dealer got {received[0]}"
+        )
+        if not cut:
             break

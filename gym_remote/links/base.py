@@ -9,13 +9,15 @@ Unix channel). Whatever the kind, a link:
   bytes that arrived (never by what a peer announces);
 * is safe against interrupts (Ctrl-C, a signal handler that raises) at any bytecode: a send or
   read cut short either completes on the next call or leaves the link broken
-  (:class:`LinkBroken`), never half done and silently reused;
+  (:class:`LinkBroken`), never half done and silently reused (one exception, on ZeroMQ routes: an
+  interrupt out of pyzmq's send of a frame leaves unknown whether that frame went out, and the route
+  sends it again; that one message may be malformed, never the next, see :mod:`.zeromq`);
 * closes idempotently.
 
 How a cut-short operation is recognised: each step whose effect could be lost between a system
 call's return and the bookkeeping after it marks itself first (an attribute set before, cleared
 after); finding the mark still set on the next call means the step's outcome is unknown, and the
-link breaks. Nothing is allocated, sent or parsed twice.
+link breaks. Nothing is allocated or parsed twice, nor sent twice but for that one frame.
 """
 
 from __future__ import annotations

@@ -58,9 +58,9 @@ NOBLOCK = int(zmq.NOBLOCK)
 RCVMORE = int(zmq.RCVMORE)
 _EVENTS, _POLLIN, _POLLOUT = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.POLLOUT)
 _queue = zmq.backend.Socket.send
-"""The compiled send under pyzmq's ``Socket.send``, which is Python: an interrupt can come at the start of that
-function, before anything is queued. Called directly, nothing runs between the call and the queueing, and an
-interrupt comes only once the frame is queued (pyzmq checks for signals after it)."""
+"""The compiled send under pyzmq's ``Socket.send``, which is Python: called directly, no Python code runs between
+the call and the queueing. An interrupt can still come out of it before the frame is queued or after (pyzmq checks
+for signals both before and after ``zmq_msg_send``), so it leaves in doubt whether that frame went out."""
 
 ZERO_COPY_BYTES = 1 << 20
 """Arrays at least this large are sent without copying; smaller frames are cheaper to copy.
@@ -286,7 +286,7 @@ class Router:
         self._header: bytes | None = None
         self._arrival: Arrival | None = None
         self._sending: tuple[Any, ...] | None = None  # the parts (routing id, frames) of a send in progress
-        self._part = 0  # the part of it whose send began last
+        self._sent = 0  # how many of its parts are known to have gone out (the next may have too)
         self._closed = False
 
     def fileno(self) -> int:
@@ -403,7 +403,7 @@ class Router:
             self._finish_interrupted_send()
         parts = (identity, *frames)
         self._sending = parts
-        self._part = 0
+        self._sent = 0
         try:
             _queue(self.socket, identity, NOBLOCK | SNDMORE)
         except zmq.ZMQError as error:
@@ -415,21 +415,22 @@ class Router:
                     f"its queue is full: it has not read anything for long (over {SERVER_SEND_HWM} messages)"
                 ) from None
             raise
+        self._sent = 1
         self._send_parts(1)
         self._sending = None
 
     def _send_parts(self, first: int) -> None:
-        """Send ``_sending[first:]``, ending the message; ``_part`` names the part whose send began last.
+        """Send ``_sending[first:]``, ending the message; ``_sent`` counts the parts known to have gone out.
 
-        An interrupt out of a send (pyzmq checks for signals after every send) comes once that part went
-        out: no call comes between setting ``_part`` and the send, nor between the send and the next part.
+        No Python call comes between a send and the count that follows it, so an interrupt leaves at most the
+        part ``_sent`` in doubt (an interrupt out of the compiled send itself, :data:`_queue`).
         """
         parts, sock = self._sending, self.socket
         last = len(parts) - 1
         copies = [_copy(frame) for frame in parts]
         for part in range(first, len(parts)):
-            self._part = part
             _queue(sock, parts[part], SNDMORE if part < last else 0, copies[part])
+            self._sent = part + 1
 
     def try_send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """:meth:`send`, for a peer that may be gone: False if it cannot be reached."""
@@ -440,10 +441,16 @@ class Router:
             return False
 
     def _finish_interrupted_send(self) -> None:
-        """End the message an interrupt cut short, so that the next one starts at a message boundary (it went
-        out whole: its command belonged to a call the interrupt ended, whose replies are dropped as late)."""
+        """End the message an interrupt cut short, so that the next one starts at a message boundary.
+
+        The part in doubt is sent again. If it had gone out, the peer gets that frame twice: a malformed command,
+        which a client answers with ERROR (its call was the one the interrupt ended, so the learner drops the
+        answer as late). If it was the last part, the router drops the repeat (a routing id alone is no message);
+        if it was the routing id, the repeat arrives in front of the header, and the client finds no header (a routing
+        id is a session's hex digits, §7, never the header's magic bytes).
+        """
         try:
-            self._send_parts(self._part + 1)
+            self._send_parts(self._sent)
         except zmq.ZMQError:
             pass
         self._sending = None

@@ -265,7 +265,16 @@ std::string Preview(const RawJson& raw) {
 
 class Decoder {
  public:
-  explicit Decoder(const std::vector<std::string_view>& buffers) : buffers_(buffers) {}
+  explicit Decoder(const std::vector<std::string_view>& buffers) : buffers_(buffers), used_(buffers.size(), false) {}
+
+  // Every buffer frame must be referred to: an extra frame makes a message malformed, it is not padding.
+  Status CheckAllUsed() const {
+    std::size_t unused = 0;
+    for (bool used : used_) unused += used ? 0 : 1;
+    if (unused == 0) return Status::Ok();
+    return Malformed(std::to_string(unused) + " of its " + std::to_string(buffers_.size()) + " buffer frames " +
+                     (unused == 1 ? "is" : "are") + " not referred to by the body");
+  }
 
   Status Decode(const RawJson& raw, int depth, Value* out) {
     switch (raw.type) {
@@ -391,13 +400,15 @@ class Decoder {
     return Status::Ok();
   }
 
-  Status Buffer(const RawJson& raw, std::string_view* data) const {
+  Status Buffer(const RawJson& raw, std::string_view* data) {
     if (raw.type != RawJson::Type::kInt || raw.integer < 0 ||
         static_cast<std::uint64_t>(raw.integer) >= buffers_.size()) {
       return Malformed("buffer index " + Preview(raw) + " (the message has " + std::to_string(buffers_.size()) +
                        ")");
     }
-    *data = buffers_[static_cast<std::size_t>(raw.integer)];
+    const auto index = static_cast<std::size_t>(raw.integer);
+    used_[index] = true;
+    *data = buffers_[index];
     return Status::Ok();
   }
 
@@ -515,6 +526,7 @@ class Decoder {
   }
 
   const std::vector<std::string_view>& buffers_;
+  std::vector<bool> used_;
 };
 
 // JSON nesting allowed while parsing: every valid value fits (an 'o' array takes two JSON levels for
@@ -547,7 +559,8 @@ Status DecodeValue(std::string_view body, const std::vector<std::string_view>& b
     return Malformed("not JSON: " + parsed.message());
   }
   Decoder decoder(buffers);
-  return decoder.Decode(raw, 0, out);
+  GYM_REMOTE_RETURN_IF_ERROR(decoder.Decode(raw, 0, out));
+  return decoder.CheckAllUsed();
 }
 
 }  // namespace gym_remote
