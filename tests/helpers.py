@@ -73,18 +73,6 @@ def assert_same_steps(
 # -- waiting ---------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def garbage_collection_paused():
-    """No cyclic garbage collection inside: for tests that raise from a signal handler at random moments, so that
-    the interrupt never lands in the finalizer of another test's garbage (Python reports it as unraisable)."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
     """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
     if not wait_for(condition, timeout, interval):
@@ -118,6 +106,21 @@ def step_until(
         step()
         steps += 1
     return steps
+
+
+# -- garbage collection ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def garbage_collection_paused():
+    """No cyclic garbage collection inside: for tests that raise from a signal handler at random moments, so that
+    the interrupt never lands in the finalizer of another test's garbage (Python reports it as unraisable)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 # -- EnvClients in threads -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import gc
 import json
 import math
 import pathlib
@@ -41,6 +42,7 @@ from gym_remote.codec import (
     space_to_value,
 )
 from gym_remote.errors import EncodeError, GymRemoteError, ProtocolError
+from tests.helpers import garbage_collection_paused
 
 # ---------------------------------------------------------------------------------------------------
 # helpers
@@ -2232,8 +2234,6 @@ def test_batch_leaves_identity():
 def test_leaves_to_batch_rebuilds_the_batch_and_leaves_no_garbage_cycle(space):
     """The batch made of the leaves is freed as soon as it is dropped: no reference cycle keeps the leaves (the
     observations of a step) alive until the garbage collector's next full pass."""
-    import gc
-
     batch = create_empty_array(space, 2)
     leaves = [leaf.copy() for leaf in batch_leaves(space, batch)]
     rebuilt = codec.leaves_to_batch(space, leaves)
@@ -2241,13 +2241,9 @@ def test_leaves_to_batch_rebuilds_the_batch_and_leaves_no_garbage_cycle(space):
         leaves
     )
     del rebuilt
-    gc.collect()
-    gc.disable()
-    try:
+    with garbage_collection_paused():
         codec.leaves_to_batch(space, leaves)
         assert gc.collect() == 0, "leaves_to_batch left objects only the garbage collector can free"
-    finally:
-        gc.enable()
 
 
 def test_all_public_names_exist():

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import zmq
 
+from gym_remote.links import zeromq as zeromq_link
 from gym_remote.links.zeromq import Router
 
 pytestmark = pytest.mark.timeout(60)
@@ -163,8 +164,6 @@ def test_a_send_interrupted_inside_the_compiled_send_never_runs_into_the_next_me
     ``after`` queueing it, then two more messages go out. The dealer gets the interrupted message whole, or
     with one frame doubled (a malformed message a client answers with ERROR), and then the next two whole:
     no message runs into the next."""
-    from gym_remote.links import zeromq as zeromq_link
-
     router, dealer = router_and_dealer
     compiled = zeromq_link._queue
     frames = [b"header-frame", np.arange(10, dtype=np.int64), b"middle", b"tail"]
