@@ -99,6 +99,25 @@ def test_a_record_split_across_writes_is_returned_only_when_whole(pair):
         assert frames_of(receive_within(b, 5)) == [b"abc", b"defg"]
 
 
+def test_a_record_whose_lengths_came_before_the_buffer_made_room_comes_out_whole(pair):
+    """The first record fills the receive buffer but for the start of the second, whose frame lengths are in;
+    once the first is consumed the rest of the second arrives, the buffer moves it to its start, and it reads
+    whole, as does a third."""
+    a, b = pair
+    second = struct.pack("<IQQQ", 3, 5, 6, 7) + b"fives" + b"sixsix" + b"sevens7"
+    taken_first = 40  # the frame count, its lengths, and 12 bytes of the frames
+    first_payload = b"f" * (channel.FIRST_READ_BYTES - 4 - 8 - taken_first)
+    a.sock.sendall(struct.pack("<IQ", 1, len(first_payload)) + first_payload + second[:taken_first])
+    time.sleep(0.05)
+    assert frames_of(receive_within(b, 5)) == [first_payload]
+    b.consume()
+    assert b.receive() is None  # the second's layout is read, its frames are not all in
+    a.sock.sendall(second[taken_first:])
+    assert frames_of(receive_within(b, 5)) == [b"fives", b"sixsix", b"sevens7"]
+    a.send([b"third"])
+    assert frames_of(receive_within(b, 5)) == [b"third"]
+
+
 def test_a_record_reads_as_a_message(pair):
     a, b = pair
     target = np.zeros(3, dtype=np.int64)

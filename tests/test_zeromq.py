@@ -1,5 +1,6 @@
 """gym_remote.links.zeromq against a real DEALER over ipc: an interrupted send never leaves part of a message, nor
-lets it run into the next; at a Python-level call it goes out whole or not at all.
+lets it run into the next; at a Python-level call it goes out whole or not at all. A message its handler read
+only in part leaves the next whole.
 
 An interrupt (Ctrl-C) reaches Python code where it checks for signals, at the start of every Python function
 among others. ``sys.settrace`` raising at the n-th function entry stands for one, for every n in turn. Inside
@@ -15,7 +16,7 @@ import pytest
 import zmq
 
 from gym_remote.links import zeromq as zeromq_link
-from gym_remote.links.zeromq import Router
+from gym_remote.links.zeromq import Dealer, Router
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -194,3 +195,65 @@ def test_a_send_interrupted_inside_the_compiled_send_never_runs_into_the_next_me
         )
         if not cut:
             break
+
+
+# -- what a handler leaves unread ---------------------------------------------------------------------
+
+
+def _next_arrival(router: Router):
+    assert router.socket.poll(10_000), "no message came"
+    for _ in range(100):
+        arrival = router.receive()
+        if arrival is not None:
+            return arrival
+    raise AssertionError("the router had no message although its socket was readable")
+
+
+def test_a_message_read_in_part_or_to_its_end_leaves_the_next_whole_at_the_router(router_and_dealer):
+    router, dealer = router_and_dealer
+    dealer.send_multipart([b"first", b"a", b"b"])
+    dealer.send_multipart([b"second", b"c"])
+    dealer.send_multipart([b"third", np.arange(3, dtype=np.int32)])
+    dealer.send_multipart([b"fourth"])
+    first = _next_arrival(router)
+    assert first.header == b"first" and first.message.next() == b"a"  # b is left unread
+    router.consume()
+    second = _next_arrival(router)
+    assert second.header == b"second" and second.message.rest() == [b"c"] and not second.message.more()
+    router.consume()
+    third = _next_arrival(router)
+    target = np.zeros(3, dtype=np.int32)
+    third.message.next_into([target], "RESULT")
+    assert third.header == b"third" and target.tolist() == [0, 1, 2] and not third.message.more()
+    router.consume()
+    fourth = _next_arrival(router)
+    assert fourth.header == b"fourth" and not fourth.message.more()
+
+
+def test_a_message_read_in_part_or_to_its_end_leaves_the_next_whole_at_the_dealer(tmp_path):
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind(f"ipc://{tmp_path}/router")
+    dealer = Dealer(context, f"ipc://{tmp_path}/router", b"dealer", liveness_timeout=30)
+    try:
+        dealer.send([b"hello"])
+        assert router.poll(10_000) and router.recv_multipart() == [b"dealer", b"hello"]
+        messages = [[b"zero", b"0"], [b"one", b"x", b"y"], [b"two", b"z"], [b"three"], [b"four", b"w"]]
+        for message in messages:
+            router.send_multipart([b"dealer", *message])
+        header, zero = dealer.receive(10.0)  # the first with a body is read whole (the connection is learnt)
+        assert header == b"zero" and zero.rest() == [b"0"]
+        header, one = dealer.receive(10.0)
+        assert header == b"one" and one.next() == b"x"  # y is left unread
+        header, two = dealer.receive(1.0)  # (another timeout)
+        assert header == b"two" and two.next() == b"z" and not two.more()
+        header, three = dealer.receive(10.0)
+        assert header == b"three" and three.rest() == []
+        header, four = dealer.receive(10.0)
+        assert header == b"four" and four.rest() == [b"w"]
+        assert dealer.receive(0.05) is None
+    finally:
+        dealer.close(linger=0)
+        router.close(linger=0)
+        context.term()

@@ -141,6 +141,10 @@ class Channel:
         self._view = memoryview(self._buffer)
         self._start = 0
         self._end = 0
+        # the layout of the record at _parsed_start, once its frame lengths are in: its end and its lengths
+        self._parsed_start = -1
+        self._parsed_end = 0
+        self._parsed_lengths: tuple[int, ...] = ()
         self._current: FrameList | None = None  # the record handed out and not consumed yet
         self._current_end = 0
         self._read_base: int | None = None  # _end before the read in progress (None: none in progress)
@@ -311,7 +315,7 @@ class Channel:
             if not self._receive_some():
                 return None
             end = self._checked_record_end()
-        record = FrameList(self._frames_of_record(end))
+        record = FrameList(self._frames_of_record())
         self._current_end = end
         self._current = record
         return record
@@ -321,6 +325,7 @@ class Channel:
         if self._current is not None:
             self._start = self._current_end
             self._current = None
+            self._parsed_start = -1
 
     def _checked_record_end(self) -> int | None:
         try:
@@ -335,6 +340,9 @@ class Channel:
             ProtocolError: a frame count out of range, or a frame longer than the limit.
         """
         start, buffer = self._start, self._buffer
+        if start == self._parsed_start:  # (a record's layout is checked once)
+            end = self._parsed_end
+            return end if self._end >= end else None
         have = self._end - start
         if have < 4:
             return None
@@ -349,14 +357,16 @@ class Channel:
         if largest > self.max_frame_bytes:
             raise ProtocolError(f"a frame of {largest} bytes exceeds the limit of {self.max_frame_bytes} bytes")
         end = start + prefix + sum(lengths)
+        self._parsed_end, self._parsed_lengths = end, lengths
+        self._parsed_start = start
         return end if self._end >= end else None
 
-    def _frames_of_record(self, end: int) -> list[memoryview]:
-        start = self._start
-        (count,) = _COUNT.unpack_from(self._buffer, start)
-        position = start + 4 + 8 * count
+    def _frames_of_record(self) -> list[memoryview]:
+        """The frames of the record at ``_start`` (its layout parsed by :meth:`_record_end`)."""
+        lengths = self._parsed_lengths
+        position = self._start + 4 + 8 * len(lengths)
         view, frames = self._view, []
-        for length in _lengths(count).unpack_from(self._buffer, start + 4):
+        for length in lengths:
             frames.append(view[position : position + length])
             position += length
         return frames
@@ -406,6 +416,7 @@ class Channel:
         already handed out stay as they were)."""
         start, end = self._start, self._end
         if start:  # frames handed out before the current record are no longer valid
+            self._parsed_start = -1
             self._view[: end - start] = self._view[start:end]
             self._start, self._end = 0, end - start
             return

@@ -39,7 +39,8 @@ class Multiplexer:
         self.router = router
         self.listener = listener
         self.channels: dict[bytes, Channel] = {}  # members served over a data channel, by identity
-        self._of_fd: dict[int, bytes] = {}
+        self._of_fd: dict[int, tuple[bytes, Channel]] = {}  # each channel, and its member, by descriptor
+        self._joined = 0  # counts the channels added and removed (see _register)
         self._poll = select.poll()
         self._registered: dict[int, int] = {}
         self._layout: tuple = ()  # what the poll set was made for (see _register)
@@ -49,7 +50,8 @@ class Multiplexer:
     def add(self, identity: bytes, channel: Channel) -> None:
         """Wait on ``channel``, the data channel of member ``identity``, too."""
         self.channels[identity] = channel
-        self._of_fd[channel.fileno()] = identity
+        self._of_fd[channel.fileno()] = (identity, channel)
+        self._joined += 1
 
     def remove(self, identity: bytes) -> Channel | None:
         """Stop waiting on the data channel of ``identity`` (which the caller closes); it, or None."""
@@ -59,7 +61,7 @@ class Multiplexer:
             self._of_fd.pop(fd, None)
             if self._registered.pop(fd, None) is not None:
                 self._poll.unregister(fd)
-            self._layout = ()
+            self._joined += 1
         return channel
 
     def next(self, timeout: float, spin: float = 0.0) -> Event | None:
@@ -72,16 +74,17 @@ class Multiplexer:
         if event is not None:
             return event
         if spin > 0:
-            event = self._spin(time.perf_counter() + spin)
-            if event is not None:
-                return event
+            clock, until = time.perf_counter, time.perf_counter() + spin
+            while clock() < until:  # zero-timeout polls: one system call a look, however many links
+                event = self._poll_links(0)
+                if event is not None:
+                    return event
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            self._sleep(remaining)
-            event = self._ready()
+            event = self._poll_links(int(remaining * 1000) + 1)
             if event is not None:
                 return event
 
@@ -89,7 +92,10 @@ class Multiplexer:
 
     def _ready(self) -> Event | None:
         """An event that needs no waiting: a broken link, a message on the router, a record in a channel's
-        buffer. The router and the channels take turns at being looked at first."""
+        buffer. The router and the channels take turns at being looked at first.
+
+        Reading the router's ``ZMQ_EVENTS`` here also re-arms its descriptor: a message that comes after
+        this look wakes the next ``poll()``."""
         if self._broken:
             return self._broken.popleft()
         self._turn ^= 1
@@ -98,7 +104,7 @@ class Multiplexer:
         return self._from_channels() or self._from_router()
 
     def _from_router(self) -> Event | None:
-        return self.router.receive() if self.router.readable() else None
+        return self.router.receive()
 
     def _from_channels(self) -> Event | None:
         for identity, channel in self.channels.items():
@@ -117,53 +123,44 @@ class Multiplexer:
         record.rewind()  # (handed out again if its handler was cut short)
         return Arrival(identity, record.next(), record, channel)
 
-    def _spin(self, until: float) -> Event | None:
-        """Busy-check the router and read the channels until an event or ``until`` (``time.perf_counter``)."""
-        clock, router = time.perf_counter, self.router
-        while clock() < until:
-            if router.readable():
-                event = router.receive()
-                if event is not None:
-                    return event
-            for identity, channel in self.channels.items():
-                try:
-                    if channel.wants_write:
-                        channel.flush()
-                except LinkBroken as error:
-                    return Broken(identity, str(error))
-                event = self._from_channel(identity, channel)
-                if event is not None:
-                    return event
-        return None
-
-    def _sleep(self, timeout: float) -> None:
-        """One ``poll()`` on every link (at most ``timeout`` seconds), then what it found: reading channels
-        that have bytes, sending what waits where there is room, accepting connections."""
+    def _poll_links(self, milliseconds: int) -> Event | None:
+        """One ``poll()`` on every link (waiting at most ``milliseconds``), then what it found: reading
+        channels that have bytes, sending what waits where there is room, accepting connections. Returns
+        the first event there is then: a record the poll brought is handed out at once, with no second
+        look at every link (the others wait in their buffers for the next call); if the router's
+        descriptor woke, the router is looked at (:meth:`_ready`)."""
         self._register()
-        found = self._poll.poll(int(timeout * 1000) + 1)
+        found = self._poll.poll(milliseconds)
         listener = self.listener
         serve_listener = listener is not None and listener.has_pending  # drop connections that overstay
+        arrived: bytes | None = None
+        other = False  # the router's or the listener's descriptor woke
         for fd, events in found:
-            identity = self._of_fd.get(fd)
-            if identity is None:  # the router's descriptor (its events are read in _ready) or the listener's
-                serve_listener = listener is not None
+            member = self._of_fd.get(fd)
+            if member is None:
+                other = True
                 continue
-            channel = self.channels[identity]
+            identity, channel = member
             try:
                 if events & (_WRITE | _TROUBLE) and channel.wants_write:
                     channel.flush()
-                if events & (_READ | _TROUBLE):
-                    channel.receive()
+                if events & (_READ | _TROUBLE) and channel.receive() is not None and arrived is None:
+                    arrived = identity
             except LinkBroken as error:
                 self._broken.append(Broken(identity, str(error)))
-        if serve_listener:
+        if serve_listener or (other and listener is not None):
             listener.service(time.monotonic())
+        if self._broken or (other and arrived is None):
+            return self._ready()
+        if arrived is None:
+            return None
+        return self._from_channel(arrived, self.channels[arrived])
 
     def _register(self) -> None:
         """Bring the poll set up to date (when it changed): what each descriptor is to be waited for now."""
-        writers = tuple(fd for fd, identity in self._of_fd.items() if self.channels[identity].wants_write)
+        writers = tuple(fd for fd, (_, channel) in self._of_fd.items() if channel.wants_write)
         listening = tuple(self.listener.descriptors()) if self.listener is not None else ()
-        layout = (tuple(self._of_fd), writers, listening)
+        layout = (self._joined, writers, listening)
         if layout == self._layout:
             return
         self._layout = layout

@@ -163,12 +163,13 @@ class _Cursor:
     :class:`~gym_remote.links.base.Message`): read straight from the socket, or, for a message read whole
     in advance (``read``: its frames), from memory, from the start again after :meth:`rewind`."""
 
-    __slots__ = ("sock", "read", "position")
+    __slots__ = ("sock", "read", "position", "ended")
 
     def __init__(self, sock: zmq.Socket, read: list[bytes] | None = None) -> None:
         self.sock = sock
         self.read = read  # None: read from the socket; _TOO_LONG: it had more than MAX_FRAMES frames
         self.position = 0
+        self.ended = read is not None  # the socket is known to be past the message's last frame
 
     def rewind(self) -> bool:
         """Back to the first frame after the header; False if frames were taken from the socket already
@@ -181,7 +182,10 @@ class _Cursor:
     def more(self) -> bool:
         if self.read is not None:
             return self.position < len(self.read)
-        return bool(self.sock.get(RCVMORE))
+        if self.ended or not self.sock.get(RCVMORE):
+            self.ended = True
+            return False
+        return True
 
     def next(self) -> bytes:
         self.position += 1
@@ -195,7 +199,8 @@ class _Cursor:
         self.position += 1
         get, receive = self.sock.get, self.sock.recv_into
         for target in targets:
-            if not get(RCVMORE):
+            if self.ended or not get(RCVMORE):
+                self.ended = True
                 raise ProtocolError(f"{what}: the message ended before all its array frames")
             check_frames_into(receive(target), target.nbytes, what)
 
@@ -206,7 +211,8 @@ class _Cursor:
             rest, self.position = self.read[self.position :], len(self.read)
             return rest
         self.position += 1
-        frames = _take_rest(self.sock)
+        frames = _take_rest(self.sock) if not self.ended else []
+        self.ended = True
         if frames is None:
             raise ProtocolError(f"a message of more than {MAX_FRAMES} frames")
         return frames
@@ -214,8 +220,9 @@ class _Cursor:
     def skip_rest(self) -> None:
         if self.read is not None:
             self.position = len(self.read)
-        else:
+        elif not self.ended:
             _drain(self.sock)
+            self.ended = True
 
 
 class _Reading(enum.IntEnum):
@@ -285,6 +292,7 @@ class Router:
         self._identity: bytes | None = None
         self._header: bytes | None = None
         self._arrival: Arrival | None = None
+        self._cursor: _Cursor | None = None  # the frames of the current (or last) message
         self._sending: tuple[Any, ...] | None = None  # the parts (routing id, frames) of a send in progress
         self._sent = 0  # how many of its parts are known to have gone out (the next may have too)
         self._closed = False
@@ -292,14 +300,11 @@ class Router:
     def fileno(self) -> int:
         return self._fd
 
-    def readable(self) -> bool:
-        """Whether a message waits (reading ``ZMQ_EVENTS``, which also re-arms the descriptor's wake-up)."""
-        return self._state != _Reading.IDLE or bool(self.socket.get(_EVENTS) & _POLLIN)
-
     # -- receiving ---------------------------------------------------------------------------------
 
     def receive(self) -> Arrival | CutShort | None:
         """The current message (the same until :meth:`consume`), or the next one if one waits; never blocks.
+        Looking reads ``ZMQ_EVENTS``, which re-arms the descriptor's wake-up for a message that comes later.
 
         A :class:`~gym_remote.links.base.CutShort` reports a message an interrupt cut short while it was taken
         from the socket, or a current message whose handler was cut short after reading frames of it (it has
@@ -340,7 +345,8 @@ class Router:
                 frame = sock.recv(copy=False)
                 peer = Peer(_property(frame, "Peer-Address"), _property(frame, "User-Id"), _source_fd(frame))
                 read = _whole(frame, sock)
-        self._arrival = Arrival(self._identity, header, _Cursor(sock, read), self, peer)
+        self._cursor = _Cursor(sock, read)
+        self._arrival = Arrival(self._identity, header, self._cursor, self, peer)
         self._state = _Reading.CURRENT
         return self._arrival
 
@@ -368,7 +374,7 @@ class Router:
         """
         state, sock = self._state, self.socket
         if state == _Reading.FINISHING:
-            _drain(sock)
+            self._cursor.skip_rest()  # (nothing to do if its handler read it to the end)
         elif state == _Reading.IDENTITY:
             if self._identity is not None:  # taken, but the header not yet: read on
                 self._take_header()
@@ -587,6 +593,8 @@ class Dealer:
         self._outbox: deque[tuple[list[Any], float]] = deque()  # messages not taken yet, and since when
         self._sending = False  # a send in progress (see base: an interrupt leaves it set)
         self._reading = False
+        self._cursor: _Cursor | None = None  # the frames of the last message received
+        self._receive_timeout: int | None = None  # ZMQ_RCVTIMEO as last set (None: not known)
         self._watch: StallWatch | None = None
         self._fork_address: Any = None
         self._closed = False
@@ -600,10 +608,6 @@ class Dealer:
     @property
     def wants_write(self) -> bool:
         return bool(self._outbox)
-
-    def readable(self) -> bool:
-        """Whether a message waits (reading ``ZMQ_EVENTS``, which also re-arms the descriptor's wake-up)."""
-        return bool(self.socket.get(_EVENTS) & _POLLIN)
 
     def has_events(self) -> bool:
         """Whether the connection's monitor has news (:meth:`events`; this re-arms its descriptor's wake-up)."""
@@ -620,11 +624,16 @@ class Dealer:
         """
         self._check_intact()
         sock = self.socket
-        _drain(sock)  # what the last message's handler left unread
+        if self._cursor is not None:
+            self._cursor.skip_rest()  # what the last message's handler left unread
         self._reading = True
         try:
             if timeout > 0:
-                sock.setsockopt(zmq.RCVTIMEO, max(1, int(timeout * 1000)))
+                milliseconds = max(1, int(timeout * 1000))
+                if milliseconds != self._receive_timeout:
+                    self._receive_timeout = None  # (unknown, should an interrupt come out of the next call)
+                    sock.setsockopt(zmq.RCVTIMEO, milliseconds)
+                    self._receive_timeout = milliseconds
                 header = sock.recv()
             else:
                 header = sock.recv(NOBLOCK)
@@ -637,7 +646,8 @@ class Dealer:
             self._watch_connection(_source_fd(frame))
             read = _whole(frame, sock)
         self._reading = False
-        return header, _Cursor(sock, read)
+        self._cursor = _Cursor(sock, read)
+        return header, self._cursor
 
     def _watch_connection(self, fd: int) -> None:
         """Watch the connection with descriptor ``fd`` (see :meth:`stalled_for`), and close it in forked children."""
