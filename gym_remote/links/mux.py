@@ -59,8 +59,12 @@ class Multiplexer:
         if channel is not None:
             fd = channel.fileno()
             self._of_fd.pop(fd, None)
-            if self._registered.pop(fd, None) is not None:
-                self._poll.unregister(fd)
+            if fd in self._registered:
+                try:
+                    self._poll.unregister(fd)
+                except KeyError:  # (by a call an interrupt cut short)
+                    pass
+                del self._registered[fd]
             self._joined += 1
         return channel
 
@@ -73,6 +77,7 @@ class Multiplexer:
         event = self._ready()
         if event is not None:
             return event
+        self._register()
         if spin > 0:
             clock, until = time.perf_counter, time.perf_counter() + spin
             while clock() < until:  # zero-timeout polls: one system call a look, however many links
@@ -128,11 +133,15 @@ class Multiplexer:
         channels that have bytes, sending what waits where there is room, accepting connections. Returns
         the first event there is then: a record the poll brought is handed out at once, with no second
         look at every link (the others wait in their buffers for the next call); if the router's
-        descriptor woke, the router is looked at (:meth:`_ready`)."""
-        self._register()
+        descriptor woke, the router is looked at (:meth:`_ready`).
+
+        The poll set must be up to date (:meth:`_register`); it is brought up to date again after what the
+        poll found, which may change it (a channel's outbox sent, connections accepted or closed)."""
         found = self._poll.poll(milliseconds)
         listener = self.listener
         serve_listener = listener is not None and listener.has_pending  # drop connections that overstay
+        if not found and not serve_listener:
+            return None
         arrived: bytes | None = None
         other = False  # the router's or the listener's descriptor woke
         for fd, events in found:
@@ -150,6 +159,7 @@ class Multiplexer:
                 self._broken.append(Broken(identity, str(error)))
         if serve_listener or (other and listener is not None):
             listener.service(time.monotonic())
+        self._register()
         if self._broken or (other and arrived is None):
             return self._ready()
         if arrived is None:
@@ -157,13 +167,13 @@ class Multiplexer:
         return self._from_channel(arrived, self.channels[arrived])
 
     def _register(self) -> None:
-        """Bring the poll set up to date (when it changed): what each descriptor is to be waited for now."""
+        """Bring the poll set up to date (when it changed): what each descriptor is to be waited for now.
+        Each step is done before it is recorded, so that an interrupt leaves nothing recorded as done."""
         writers = tuple(fd for fd, (_, channel) in self._of_fd.items() if channel.wants_write)
         listening = tuple(self.listener.descriptors()) if self.listener is not None else ()
         layout = (self._joined, writers, listening)
         if layout == self._layout:
             return
-        self._layout = layout
         wanted = {self.router.fileno(): _READ}
         for fd in self._of_fd:
             wanted[fd] = _READ
@@ -173,9 +183,13 @@ class Multiplexer:
             wanted[fd] = _READ
         registered, poll = self._registered, self._poll
         for fd in [fd for fd in registered if fd not in wanted]:
+            try:
+                poll.unregister(fd)
+            except KeyError:  # (unregistered already, by a call an interrupt cut short)
+                pass
             del registered[fd]
-            poll.unregister(fd)
         for fd, events in wanted.items():
             if registered.get(fd) != events:
-                registered[fd] = events
                 poll.register(fd, events)
+                registered[fd] = events
+        self._layout = layout
