@@ -796,7 +796,7 @@ class SlotServer:
         token = data_channel_token(hello)
         if token is None or self.listener is None or type(hello.get("pid")) is not int:
             return
-        offered = self.listener.take(token, hello["pid"])
+        offered = self.listener.take(token, hello["pid"], identity)
         if offered is None:
             name = str(hello.get("name"))[:200]
             if name not in self._unclaimed_channels:  # once per client name
@@ -809,7 +809,7 @@ class SlotServer:
                 )
             return
         previous = self._offered.pop(identity, None)
-        if previous is not None:
+        if previous is not None and previous is not offered:  # (the same: a HELLO handled again, see take)
             previous.close()
         self._offered[identity] = offered
 

@@ -365,13 +365,15 @@ def listener():
 def test_a_greeted_connection_is_handed_to_the_hello_with_its_token(listener):
     token = channel.new_token()
     client = channel.connect(listener.name, token, max_frame_bytes=1 << 20)
-    server = listener.take(token, os.getpid())
+    server = listener.take(token, os.getpid(), b"hello-sender")
     assert server is not None
     server.send([b"command"])
     assert frames_of(receive_within(client, 5)) == [b"command"]
     client.send([b"reply"])
     assert frames_of(receive_within(server, 5)) == [b"reply"]
-    assert listener.take(token, os.getpid()) is None  # handed out once
+    assert listener.take(token, os.getpid(), b"another-sender") is None  # handed out once
+    # the same HELLO handled again (an interrupt cut its first handling short) gets the same channel
+    assert listener.take(token, os.getpid(), b"hello-sender") is server
     client.close()
     server.close()
 

@@ -26,6 +26,7 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gym_remote import RemoteVectorEnv
+from gym_remote.links.channel import Listener
 from gym_remote.protocol import Kind
 from tests.conftest import subprocess_env
 from tests.envs import make_cartpole
@@ -104,6 +105,29 @@ def test_an_external_client_on_this_host_is_served_over_it(stack, thread_clients
     for _ in range(30):
         _, _, _, _, infos = envs.step(envs.action_space.sample())
         assert not infos.get("client_lost", np.zeros(3)).any()
+
+
+def test_a_hello_whose_handling_an_interrupt_cut_short_still_gets_it(stack, thread_clients, monkeypatch):
+    """Ctrl-C right after the listener handed out a client's channel, before the server kept it: the HELLO is
+    handled again by the next call, and the client is served over its channel (the soak found it on ZeroMQ)."""
+    envs = cartpole_server(stack, 1)
+    take = Listener.take
+    interrupted = []
+
+    def take_then_interrupt(self, token, pid, claimant=b""):
+        channel = take(self, token, pid, claimant)
+        if channel is not None and not interrupted:
+            interrupted.append(claimant)
+            raise KeyboardInterrupt
+        return channel
+
+    monkeypatch.setattr(Listener, "take", take_then_interrupt)
+    thread_clients.append(ThreadClient(envs.address, [make_cartpole], name="cut"))
+    with pytest.raises(KeyboardInterrupt):
+        envs.reset(seed=0)
+    envs.reset(seed=0)
+    assert interrupted and planes(envs) == ["uds"]
+    envs.step(envs.action_space.sample())
 
 
 def test_a_cli_client_offers_it_unless_told_not_to(stack, reaper, tmp_path):

@@ -530,6 +530,7 @@ class Listener:
         self.uid = os.getuid()
         self._pending: dict[int, _Pending] = {}  # by descriptor: accepted, not claimed yet
         self._greeted: dict[bytes, _Pending] = {}  # by token
+        self._taken: tuple[bytes, int, bytes, Channel] | None = None  # the last taken: token, pid, claimant, channel
         self.refused = {"another user": 0, "no greeting in time": 0, "a bad greeting": 0, "too many": 0}
         self._closed = False
         fork.register(self)
@@ -555,17 +556,30 @@ class Listener:
                 self._read_greeting(fd, pending)
         self._drop_stale(now)
 
-    def take(self, token: bytes, pid: int) -> Channel | None:
-        """The connection greeted with ``token`` by process ``pid``, as a channel; None if there is none."""
-        self.service(time.monotonic())
-        pending = self._greeted.pop(token, None)
-        if pending is None:
-            return None
-        del self._pending[pending.sock.fileno()]
-        if pending.pid != pid:
-            pending.sock.close()
-            return None
-        return Channel(pending.sock, max_frame_bytes=self.max_frame_bytes)
+    def take(self, token: bytes, pid: int, claimant: bytes = b"") -> Channel | None:
+        """The connection greeted with ``token`` by process ``pid``, as a channel for ``claimant`` (the HELLO's
+        sender); None if there is none.
+
+        Asked again by the same claimant for the token it handed out last, it hands out the same channel
+        (while it is open): a HELLO whose handling an interrupt cut short, after the channel was taken and
+        before the server kept it, is handled again and finds its channel still there.
+        """
+        taken = self._taken
+        if taken is None or taken[0] != token:
+            self.service(time.monotonic())
+            pending = self._greeted.get(token)
+            if pending is None:
+                return None
+            if pending.pid != pid:
+                self._drop(pending.sock.fileno(), None)
+                return None
+            taken = (token, pid, claimant, Channel(pending.sock, max_frame_bytes=self.max_frame_bytes))
+            self._taken = taken
+        pending = self._greeted.pop(token, None)  # (the channel owns its socket now)
+        if pending is not None:
+            self._pending.pop(pending.sock.fileno(), None)
+        channel = taken[3]
+        return channel if taken[1:3] == (pid, claimant) and not channel.closed else None
 
     def close(self) -> None:
         if self._closed:
