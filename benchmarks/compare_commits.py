@@ -1,19 +1,26 @@
 """The benchmark suite for two commits side by side: ``python benchmarks/compare_commits.py --base REF``.
 
-Each round runs ``benchmarks/suite.py`` (the cases asked for) once from a checkout of ``REF`` and once from
-this working tree, in an ABBA order (base, head, head, base, ...) so that a machine that slows down or
-speeds up during the run weighs on both alike. Every suite run measures Gymnasium's vector envs next to
-RemoteVectorEnv, so each row is read as its ratio to its case's baseline (``SyncVectorEnv`` and the like)
-in the same run; the table shows each row's median ratio for both commits and head / base.
+Case by case, each round runs ``benchmarks/suite.py`` for that case once from a checkout of ``REF`` and once
+from the head (this working tree, or ``--head REF``), in an ABBA order (base, head, head, base, ...), so that
+a machine that slows down or speeds up weighs on both alike and the two commits' runs of a case are minutes
+apart, not a whole suite.
 
-Any change to the step path reports this table (see DEVELOPERS' guide): a row below 1.0 beyond the noise
-the table shows between rounds is slower.
+Every suite run measures reference rows that run none of gym_remote's code (Gymnasium's vector envs, plain
+pipe workers, the raw echoes and transports) interleaved with RemoteVectorEnv's rows. Each row is read as
+its rate over the geometric mean of its case's reference rows in the same run (in the scaling case, those
+with the same number of envs), which takes out the drift of the machine between runs; a case without
+references (partial) is read in absolute rates. The table shows each row's median for both commits and
+head / base. The reference rows themselves run the same code on both sides, so their head / base is the
+noise of the measurement: a row is called slower only if its head / base is below the lowest of theirs.
+
+Any change to the step path reports this table (see DEVELOPERS' guide).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -24,6 +31,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent
+REFERENCES = ("SyncVectorEnv", "AsyncVectorEnv", "plain workers", "raw ")
+"""Label prefixes of the rows that run none of gym_remote's code."""
 
 
 def checkout(ref: str, directory: Path) -> Path:
@@ -45,64 +54,85 @@ def run_suite(tree: Path, cases: str, repeats: int, output: Path) -> dict:
     return json.loads(report.read_text())
 
 
-def ratios_of(report: dict) -> dict[tuple[str, str], float]:
-    """Each row's ratio to its case's baseline, by (case, row)."""
-    return {(case["name"], label): ratio for case in report["cases"] for label, ratio in case["ratios"].items()}
+def is_reference(label: str) -> bool:
+    return label.startswith(REFERENCES)
+
+
+def group_of(case: str, label: str) -> str:
+    """The rows a row is read against: in the scaling case those with its number of envs, else the case's."""
+    return label.rsplit(", ", 1)[1] if case == "scaling" else ""
+
+
+def normalized(report: dict) -> dict[tuple[str, str], float]:
+    """Each row's rate over the geometric mean of its group's reference rows in the same run, by (case, row)."""
+    found = {}
+    for case in report["cases"]:
+        medians = case["medians"]
+        logs: dict[str, list[float]] = {}
+        for label, value in medians.items():
+            if is_reference(label):
+                logs.setdefault(group_of(case["name"], label), []).append(math.log(value))
+        for label, value in medians.items():
+            group = logs.get(group_of(case["name"], label))
+            found[(case["name"], label)] = value / math.exp(statistics.fmean(group)) if group else value
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", required=True, help="the commit to compare this working tree with")
+    parser.add_argument("--base", required=True, help="the commit to compare the head with")
+    parser.add_argument("--head", default=None, help="a commit to compare (default: this working tree)")
     parser.add_argument("--cases", default="cartpole,busy,frames,floor,training,scaling,partial")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of (base, head) or (head, base) runs")
     parser.add_argument("--repeats", type=int, default=2, help="runs per vector env within one suite run")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "compare")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gym-remote-compare-"))
-    base_tree = checkout(args.base, work / "base")
-    runs: dict[str, list[dict[tuple[str, str], float]]] = {"base": [], "head": []}
+    trees = {"base": checkout(args.base, work / "base")}
+    trees["head"] = REPOSITORY if args.head is None else checkout(args.head, work / "head")
+    names = {"base": args.base, "head": args.head or "working tree"}
+    values: dict[str, dict[tuple[str, str], list[float]]] = {"base": {}, "head": {}}
     try:
-        for round_number in range(args.rounds):
-            order = ["base", "head"] if round_number % 2 == 0 else ["head", "base"]
-            for side in order:
-                tree, name = (base_tree, args.base) if side == "base" else (REPOSITORY, "HEAD")
-                print(f"\n== round {round_number + 1} of {args.rounds}: {side} ({name})")
-                report = run_suite(tree, args.cases, args.repeats, work / f"{side}-{round_number}")
-                runs[side].append(ratios_of(report))
+        for case in [name.strip() for name in args.cases.split(",") if name.strip()]:
+            for round_number in range(args.rounds):
+                order = ["base", "head"] if round_number % 2 == 0 else ["head", "base"]
+                for side in order:
+                    print(f"\n== {case}, round {round_number + 1} of {args.rounds}: {side} ({names[side]})", flush=True)
+                    report = run_suite(trees[side], case, args.repeats, work / f"{case}-{side}-{round_number}")
+                    for key, value in normalized(report).items():
+                        values[side].setdefault(key, []).append(value)
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=REPOSITORY, check=False)
-    rows = sorted(set(runs["base"][0]) & set(runs["head"][0]))
+        for tree in trees.values():
+            if tree != REPOSITORY:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPOSITORY, check=False)
     table = []
-    for key in rows:
-        base = statistics.median(run[key] for run in runs["base"])
-        head = statistics.median(run[key] for run in runs["head"])
-        spread = max(run[key] for run in runs["head"]) / max(min(run[key] for run in runs["head"]), 1e-12)
-        table.append(
-            {"case": key[0], "row": key[1], "base": base, "head": head, "head/base": head / base, "spread": spread}
-        )
-    print(f"\nratios to each case's baseline, median of {args.rounds} runs per commit (base = {args.base})")
-    print(f"{'case':10s} {'row':58s} {'base':>8s} {'head':>8s} {'head/base':>10s} {'head spread':>12s}")
+    for key in sorted(set(values["base"]) & set(values["head"])):
+        base, head = statistics.median(values["base"][key]), statistics.median(values["head"][key])
+        table.append({"case": key[0], "row": key[1], "base": base, "head": head, "head/base": head / base})
+    noise = [entry["head/base"] for entry in table if is_reference(entry["row"])]
+    floor = min(noise, default=math.nan)  # no reference rows: no verdicts
+    for entry in table:
+        entry["verdict"] = "reference" if is_reference(entry["row"]) else "slower" if entry["head/base"] < floor else ""
+    print(f"\nrate / geometric mean of the case's reference rows, median of {args.rounds} runs per commit")
+    print(f"(base = {names['base']}, head = {names['head']})")
+    print(f"{'case':9s} {'row':52s} {'base':>8s} {'head':>8s} {'head/base':>10s}")
     for entry in table:
         print(
-            f"{entry['case']:10s} {entry['row'][:58]:58s} {entry['base']:8.3f} {entry['head']:8.3f} "
-            f"{entry['head/base']:10.3f} {entry['spread']:12.3f}"
+            f"{entry['case']:9s} {entry['row'][:52]:52s} {entry['base']:8.3f} {entry['head']:8.3f} "
+            f"{entry['head/base']:10.3f}  {entry['verdict']}"
         )
+    slower = [entry for entry in table if entry["verdict"] == "slower"]
+    ceiling = max(noise, default=math.nan)
+    print(
+        f"\nreference rows (the same code on both sides): head/base from {floor:.3f} to {ceiling:.3f};"
+        f" rows below {floor:.3f}: {len(slower)} of {len(table) - len(noise)}"
+    )
     args.output.mkdir(parents=True, exist_ok=True)
     path = args.output / "compare.json"
-    path.write_text(
-        json.dumps(
-            {
-                "base": args.base,
-                "rounds": args.rounds,
-                "rows": table,
-                "runs": {
-                    side: [{f"{case}|{row}": value for (case, row), value in run.items()} for run in side_runs]
-                    for side, side_runs in runs.items()
-                },
-            },
-            indent=2,
-        )
-    )
+    serialized = {side: {f"{case}|{row}": runs for (case, row), runs in rows.items()} for side, rows in values.items()}
+    summary = {"base": names["base"], "head": names["head"], "rounds": args.rounds, "repeats": args.repeats}
+    summary |= {"noise": [floor, ceiling], "rows": table, "runs": serialized}
+    path.write_text(json.dumps(summary, indent=2))
     print(f"\nresults: {path}")
     shutil.rmtree(work, ignore_errors=True)
 

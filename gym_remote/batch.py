@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from copy import deepcopy
+from itertools import repeat
 from typing import Any
 
 import gymnasium as gym
@@ -237,7 +238,7 @@ class Landing:
             for leaf, target in zip(batch.leaves, self._scratch, strict=True):
                 leaf[rows] = target
         if self.arrivals is not None:
-            self.arrivals.extend((slot, header.seq) for slot in slots)
+            self.arrivals.extend(zip(slots, repeat(header.seq, len(slots))))
 
 
 class _InfoBatcher:

@@ -608,7 +608,8 @@ class SlotServer:
             return
         if header.kind in _REPLY_KINDS:
             self._settle_owed(identity, header.seq)
-        exchange = self._awaited.get(identity, {}).get(header.seq)
+        awaited = self._awaited.get(identity)
+        exchange = awaited.get(header.seq) if awaited is not None else None
         if exchange is None:
             try:
                 self._handle_other(identity, header, arrival)
@@ -949,7 +950,10 @@ class SlotServer:
         can cut off a message's header; a data channel reads whole records)."""
         links = self._links.get(identity)
         if links is not None and links.data is links.route:
-            self._owed.setdefault(identity, deque()).append(seq)
+            owed = self._owed.get(identity)
+            if owed is None:
+                owed = self._owed[identity] = deque()
+            owed.append(seq)
 
     def _settle_owed(self, identity: bytes, seq: int) -> None:
         """The reply to ``seq`` came: no reply to it or to an older command is owed any more."""
@@ -976,9 +980,12 @@ def _kind_of(header: bytes) -> int | None:
     return header[3] if len(header) > 3 else None
 
 
+_HELLO = int(Kind.HELLO)
+
+
 def _is_hello(header: bytes) -> bool:
     """Whether a header frame is a HELLO's: the router reads those whole and tells who sent them."""
-    return _kind_of(header) == Kind.HELLO
+    return len(header) > 3 and header[3] == _HELLO
 
 
 def _error_message(text: str) -> list[Any]:

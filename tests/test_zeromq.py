@@ -9,6 +9,7 @@ pyzmq's compiled send it can come before the frame is queued or after; a send th
 
 from __future__ import annotations
 
+import select
 import sys
 
 import numpy as np
@@ -257,3 +258,22 @@ def test_a_message_read_in_part_or_to_its_end_leaves_the_next_whole_at_the_deale
         dealer.close(linger=0)
         router.close(linger=0)
         context.term()
+
+
+def test_a_look_at_the_router_that_finds_nothing_rearms_its_descriptor(router_and_dealer):
+    """The multiplexer sleeps in poll() on the router's descriptor after a receive() found nothing: every
+    message that comes after such a look must wake that poll, also after messages taken in a row."""
+    router, dealer = router_and_dealer
+    waker = select.poll()
+    waker.register(router.fileno(), select.POLLIN)
+    for round_number in range(50):
+        assert router.receive() is None
+        for index in range(round_number % 3 + 1):
+            dealer.send_multipart([b"message", str(index).encode()])
+        assert waker.poll(10_000), f"round {round_number}: a message came and the descriptor did not wake"
+        taken = []
+        while len(taken) < round_number % 3 + 1:
+            arrival = _next_arrival(router)
+            taken.append(arrival.message.rest())
+            router.consume()
+        assert taken == [[str(index).encode()] for index in range(round_number % 3 + 1)]

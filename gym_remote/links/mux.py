@@ -99,8 +99,8 @@ class Multiplexer:
         """An event that needs no waiting: a broken link, a message on the router, a record in a channel's
         buffer. The router and the channels take turns at being looked at first.
 
-        Reading the router's ``ZMQ_EVENTS`` here also re-arms its descriptor: a message that comes after
-        this look wakes the next ``poll()``."""
+        A look at the router that finds nothing also re-arms its descriptor: a message that comes after it
+        wakes the next ``poll()``."""
         if self._broken:
             return self._broken.popleft()
         self._turn ^= 1

@@ -202,7 +202,9 @@ class _Cursor:
             if self.ended or not get(RCVMORE):
                 self.ended = True
                 raise ProtocolError(f"{what}: the message ended before all its array frames")
-            check_frames_into(receive(target), target.nbytes, what)
+            received = receive(target)
+            if received != target.nbytes:
+                check_frames_into(received, target.nbytes, what)
 
     def rest(self) -> list[bytes]:
         if self.read is _TOO_LONG:
@@ -304,7 +306,10 @@ class Router:
 
     def receive(self) -> Arrival | CutShort | None:
         """The current message (the same until :meth:`consume`), or the next one if one waits; never blocks.
-        Looking reads ``ZMQ_EVENTS``, which re-arms the descriptor's wake-up for a message that comes later.
+
+        A look that finds nothing has processed the socket's pending commands (as reading ``ZMQ_EVENTS``
+        does, which costs as much as taking a message), which re-arms the descriptor's wake-up for a message
+        that comes later.
 
         A :class:`~gym_remote.links.base.CutShort` reports a message an interrupt cut short while it was taken
         from the socket, or a current message whose handler was cut short after reading frames of it (it has
@@ -313,14 +318,14 @@ class Router:
         state = self._state
         if state == _Reading.CURRENT:  # handed out before, and its handler was cut short
             return self._again()
+        if state == _Reading.FINISHING and self._cursor.ended:  # its handler read it to the end
+            self._state = state = _Reading.IDLE
         if state != _Reading.IDLE:
             interrupted = self._recover()
             if interrupted is not None:
                 return interrupted
             if self._state == _Reading.CURRENT:
                 return self._arrival
-        if not self.socket.get(_EVENTS) & _POLLIN:
-            return None
         self._identity = None
         self._state = _Reading.IDENTITY
         try:
@@ -433,9 +438,10 @@ class Router:
         """
         parts, sock = self._sending, self.socket
         last = len(parts) - 1
-        copies = [_copy(frame) for frame in parts]
         for part in range(first, len(parts)):
-            _queue(sock, parts[part], SNDMORE if part < last else 0, copies[part])
+            frame = parts[part]
+            copy = type(frame) is not np.ndarray or frame.nbytes < ZERO_COPY_BYTES
+            _queue(sock, frame, SNDMORE if part < last else 0, copy)
             self._sent = part + 1
 
     def try_send(self, identity: bytes, frames: Sequence[Any]) -> bool:
@@ -622,9 +628,10 @@ class Dealer:
         Raises:
             LinkBroken: an interrupt cut short the reading of a message.
         """
-        self._check_intact()
+        if self._sending or self._reading or self._closed:
+            self._check_intact()
         sock = self.socket
-        if self._cursor is not None:
+        if self._cursor is not None and not self._cursor.ended:
             self._cursor.skip_rest()  # what the last message's handler left unread
         self._reading = True
         try:
@@ -670,7 +677,8 @@ class Dealer:
         Raises:
             LinkBroken: an interrupt cut short an earlier send.
         """
-        self._check_intact()
+        if self._sending or self._reading or self._closed:
+            self._check_intact()
         if self._outbox or not self._send_now(frames):
             self._outbox.append(([bytes(memoryview(frame).cast("B")) for frame in frames], time.monotonic()))
 
@@ -681,6 +689,8 @@ class Dealer:
 
     def flush(self) -> bool:
         """Send the waiting messages the socket takes now; True once none waits."""
+        if not self._outbox:
+            return True
         self._check_intact()
         while self._outbox:
             if not self._send_now(self._outbox[0][0]):
@@ -732,6 +742,8 @@ class Dealer:
             fork.unregister_address(self._fork_address)
 
     def _check_intact(self) -> None:
+        """Raise if an interrupt cut a message short or the link is closed (callers on the step path test the
+        three flags first, which saves a call)."""
         if self._sending or self._reading:
             self._sending = self._reading = False
             raise LinkBroken("an interrupt cut short a message on the connection to the server")
