@@ -201,11 +201,14 @@ class PartialBatches:
         self.dispatch_parked()
 
     def has_news(self, size: int) -> bool:
-        """Whether :meth:`collect` would find ``size`` results, or an error, or a parked command can go out (its
-        slot has a client: one that joined before the command was parked). A wait's predicate: no side effects."""
+        """Whether :meth:`collect` would find ``size`` results, or an error, or a slot whose reply an interrupt
+        cut short (it goes IDLE), or a parked command can go out (its slot has a client: one that joined before
+        the command was parked). A wait's predicate: no side effects."""
         if self.table.ready_count() + len(self._arrivals) >= size:
             return True
-        if any(exchange.errors for exchange in self.table.in_flight.values()):
+        if any(
+            exchange.errors or not (exchange.pending or exchange.lost) for exchange in self.table.in_flight.values()
+        ):
             return True
         owners = self.server.members.slots
         return any(owners[slot] is not None for slot in self.table.slots_in(SlotState.PARKED))

@@ -185,6 +185,16 @@ def test_a_send_interrupted_mid_message_is_sent_whole_or_not_at_all():
         envs.close()
 
 
+def _reset_every_slot(envs: RemoteVectorEnv) -> None:
+    """Reset every slot of a vector of partial batches and take every result."""
+    envs.async_reset(seed=0)
+    while True:
+        try:
+            envs.recv()
+        except NoAsyncCallError:
+            return
+
+
 @pytest.mark.timeout(120, method="thread")
 @pytest.mark.parametrize("batch_size", [1, 2], ids=["batches-of-1", "batches-of-2"])
 @garbage_collection_paused()
@@ -204,12 +214,7 @@ def test_interrupted_recvs_never_lose_a_reply(batch_size):
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        envs.async_reset(seed=0)
-        while True:
-            try:
-                envs.recv()
-            except NoAsyncCallError:
-                break
+        _reset_every_slot(envs)
         steps = [0, 0]  # the step count in each slot's last result
         value = interrupted = cycle = 0
         deadline = time.monotonic() + 12
@@ -296,5 +301,52 @@ def test_a_reply_that_lost_its_header_to_an_interrupt_is_not_taken_for_the_next_
         assert not truncations.any() and "client_lost" not in infos, infos
         observations, _, _, _, _ = envs.step(np.array([0, 0]))
         assert observations[:, 0].tolist() == [3, 3], observations
+    finally:
+        envs.close()
+
+
+class _InterruptAfterTakingARoutingId:
+    """The router socket's ``recv``, raising KeyboardInterrupt right after it took the routing id frame of a
+    member's message once armed (as pyzmq does when a signal comes while it receives): that frame is gone, and
+    the message's header waits in the socket without a word of who sent it."""
+
+    def __init__(self, recv, identities):
+        self.recv, self.identities, self.armed, self.fired = recv, identities, False, False
+
+    def __call__(self, *args, **kwargs):
+        frame = self.recv(*args, **kwargs)
+        if self.armed and frame in self.identities:
+            self.armed, self.fired = False, True
+            raise KeyboardInterrupt
+        return frame
+
+
+def test_a_reply_whose_routing_id_an_interrupt_took_leaves_its_slot_idle():
+    """Partial batches over ZeroMQ, a command to each of two members: recv() interrupted right after the
+    learner took the routing id of a reply. The next recv() finds that reply cut short and drops it; its slot
+    goes idle at once, as the README says, rather than staying in flight until that recv() times out (it
+    waited for the reply that will not come); the next commands get their replies."""
+    envs = RemoteVectorEnv([Counter] * 2, num_clients=2, batch_size=2, timeout=30, data_plane=False)
+    try:
+        _reset_every_slot(envs)
+        socket = envs._server.router.socket
+        recv = socket.recv = _InterruptAfterTakingARoutingId(socket.recv, set(envs._server.members.clients))
+        envs.send(np.array([0, 0]), np.array([0, 1]))
+        recv.armed = True
+        with pytest.raises(KeyboardInterrupt):
+            envs.recv()
+        assert recv.fired
+        started, returned = time.monotonic(), []
+        while True:
+            try:
+                returned += envs.recv(timeout=10)[4]["env_id"].tolist()
+            except NoAsyncCallError:
+                break
+        assert time.monotonic() - started < 5, "a slot stayed in flight after its reply was dropped"
+        assert len(returned) < 2, returned  # (the dropped reply's slot returned nothing)
+        envs.send(np.array([0, 0]), np.array([0, 1]))
+        observations, _, _, _, infos = envs.recv(timeout=10)
+        counts = dict(zip(infos["env_id"].tolist(), observations[:, 0].tolist(), strict=True))
+        assert counts == {0: 2, 1: 2}, counts  # each env stepped twice
     finally:
         envs.close()

@@ -277,3 +277,27 @@ def test_a_look_at_the_router_that_finds_nothing_rearms_its_descriptor(router_an
             taken.append(arrival.message.rest())
             router.consume()
         assert taken == [[str(index).encode()] for index in range(round_number % 3 + 1)]
+
+
+def test_a_message_whose_routing_id_an_interrupt_took_is_reported_with_its_sender(router_and_dealer):
+    """An interrupt out of the receive that took a message's routing id frame (pyzmq checks for signals after
+    every receive): the message is dropped and reported cut short, naming its sender all the same (the routing
+    id its peer gave in the handshake travels with every frame), and the next message arrives whole."""
+    router, dealer = router_and_dealer
+    taken = router.socket.recv
+
+    def interrupted_after_taking(*args, **kwargs):
+        taken(*args, **kwargs)
+        router.socket.recv = taken
+        raise _Interrupt
+
+    dealer.send_multipart([b"header", b"body"])
+    dealer.send_multipart([b"next", b"whole"])
+    assert router.socket.poll(10_000)
+    router.socket.recv = interrupted_after_taking
+    with pytest.raises(_Interrupt):
+        router.receive()
+    cut = router.receive()
+    assert isinstance(cut, zeromq_link.CutShort) and (cut.identity, cut.header) == (b"dealer", b"header")
+    arrival = _next_arrival(router)
+    assert (arrival.identity, arrival.header, arrival.message.rest()) == (b"dealer", b"next", [b"whole"])

@@ -177,7 +177,8 @@ class Broken:
 @dataclass(frozen=True)
 class CutShort:
     """An interrupt cut a message short while it was taken off a socket, and it was dropped. What is known of
-    it: its sender's ``identity`` and its ``header`` frame, either of which may be None (lost)."""
+    it: its sender's ``identity`` and its ``header`` frame, either of which may be None (lost; a ZeroMQ
+    message whose routing id frame was lost still names its sender if the peer gave itself a routing id)."""
 
     identity: bytes | None
     header: bytes | None

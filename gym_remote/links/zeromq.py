@@ -384,12 +384,12 @@ class Router:
             if self._identity is not None:  # taken, but the header not yet: read on
                 self._take_header()
                 return None
-            if sock.get(RCVMORE):  # the routing id frame was taken and lost
+            if sock.get(RCVMORE):  # the routing id frame was taken and lost: the header frame names the sender
                 self._state = _Reading.HEADER  # (if this read is cut short too, the next recovery drops the rest)
-                header = sock.recv()
+                frame = sock.recv(copy=False)
                 _drain(sock)
                 self._state = _Reading.IDLE
-                return CutShort(None, header)
+                return CutShort(_sender(frame), frame.bytes)
         elif state == _Reading.HEADER:
             if self._header is not None:
                 self._hand_out()
@@ -794,6 +794,16 @@ def _property(frame: zmq.Frame, name: str) -> str:
     except (zmq.ZMQError, KeyError):
         return ""
     return value if isinstance(value, str) else ""
+
+
+def _sender(frame: zmq.Frame) -> bytes | None:
+    """The routing id the sender of ``frame`` gave its connection in the handshake (libzmq's ``Identity``
+    property; the ROUTER routes by it), or None if it gave none."""
+    try:
+        identity = frame.get("Identity")
+    except (zmq.ZMQError, KeyError, UnicodeDecodeError):
+        return None
+    return identity.encode() if isinstance(identity, str) and identity else None
 
 
 def _source_fd(frame: zmq.Frame) -> int:
