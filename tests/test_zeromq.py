@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import select
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -203,6 +204,7 @@ def test_a_send_interrupted_inside_the_compiled_send_never_runs_into_the_next_me
 
 def _next_arrival(router: Router):
     assert router.socket.poll(10_000), "no message came"
+    router.woke()  # (as the multiplexer tells it when its descriptor wakes)
     for _ in range(100):
         arrival = router.receive()
         if arrival is not None:
@@ -262,7 +264,9 @@ def test_a_message_read_in_part_or_to_its_end_leaves_the_next_whole_at_the_deale
 
 def test_a_look_at_the_router_that_finds_nothing_rearms_its_descriptor(router_and_dealer):
     """The multiplexer sleeps in poll() on the router's descriptor after a receive() found nothing: every
-    message that comes after such a look must wake that poll, also after messages taken in a row."""
+    message that comes after such a look must wake that poll, also after messages taken in a row. Until the
+    router is told of the wake-up, it takes itself for quiet (a look that finds nothing costs a system call
+    and an exception)."""
     router, dealer = router_and_dealer
     waker = select.poll()
     waker.register(router.fileno(), select.POLLIN)
@@ -271,6 +275,8 @@ def test_a_look_at_the_router_that_finds_nothing_rearms_its_descriptor(router_an
         for index in range(round_number % 3 + 1):
             dealer.send_multipart([b"message", str(index).encode()])
         assert waker.poll(10_000), f"round {round_number}: a message came and the descriptor did not wake"
+        assert router.receive() is None  # quiet until told of the wake-up
+        router.woke()
         taken = []
         while len(taken) < round_number % 3 + 1:
             arrival = _next_arrival(router)
@@ -301,3 +307,20 @@ def test_a_message_whose_routing_id_an_interrupt_took_is_reported_with_its_sende
     assert isinstance(cut, zeromq_link.CutShort) and (cut.identity, cut.header) == (b"dealer", b"header")
     arrival = _next_arrival(router)
     assert (arrival.identity, arrival.header, arrival.message.rest()) == (b"dealer", b"next", [b"whole"])
+
+
+def test_a_send_on_the_router_ends_its_quiet(router_and_dealer):
+    """A send on the router may process the socket's commands, the wake-up of a message that came meanwhile
+    among them, so that the descriptor never wakes for that message: after a send, the router looks again."""
+    router, dealer = router_and_dealer
+    assert router.receive() is None  # quiet
+    dealer.send_multipart([b"header", b"body"])
+    deadline = time.monotonic() + 10
+    while not zmq.POLLIN & router.socket.get(zmq.EVENTS):  # (reading it processes the commands, as a send may)
+        assert time.monotonic() < deadline, "the message did not come"
+        time.sleep(0.01)
+    assert router.receive() is None  # still taken for quiet: nothing told it otherwise
+    router.send(b"dealer", [b"reply"])
+    arrival = router.receive()
+    assert arrival is not None and (arrival.header, arrival.message.rest()) == (b"header", [b"body"])
+    assert dealer.poll(10_000) and dealer.recv() == b"reply"

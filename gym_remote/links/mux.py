@@ -144,9 +144,12 @@ class Multiplexer:
             return None
         arrived: bytes | None = None
         other = False  # the router's or the listener's descriptor woke
+        router = self.router.fileno()
         for fd, events in found:
             member = self._of_fd.get(fd)
             if member is None:
+                if fd == router:
+                    self.router.woke()
                 other = True
                 continue
             identity, channel = member

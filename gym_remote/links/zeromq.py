@@ -295,6 +295,7 @@ class Router:
         self._header: bytes | None = None
         self._arrival: Arrival | None = None
         self._cursor: _Cursor | None = None  # the frames of the current (or last) message
+        self._quiet = False  # the last look found nothing, and neither a wake-up nor a send came since
         self._sending: tuple[Any, ...] | None = None  # the parts (routing id, frames) of a send in progress
         self._sent = 0  # how many of its parts are known to have gone out (the next may have too)
         self._closed = False
@@ -308,8 +309,10 @@ class Router:
         """The current message (the same until :meth:`consume`), or the next one if one waits; never blocks.
 
         A look that finds nothing has processed the socket's pending commands (as reading ``ZMQ_EVENTS``
-        does, which costs as much as taking a message), which re-arms the descriptor's wake-up for a message
-        that comes later.
+        does), which re-arms the descriptor's wake-up for a message that comes later. Until that wake-up
+        (:meth:`woke`) or a send on the socket (which may process commands, and take the wake-up of a message
+        with them), the router is known to be quiet, and a look costs nothing (a failed receive costs more
+        than taking a message).
 
         A :class:`~gym_remote.links.base.CutShort` reports a message an interrupt cut short while it was taken
         from the socket, or a current message whose handler was cut short after reading frames of it (it has
@@ -326,14 +329,21 @@ class Router:
                 return interrupted
             if self._state == _Reading.CURRENT:
                 return self._arrival
+        if self._quiet:
+            return None
         self._identity = None
         self._state = _Reading.IDENTITY
         try:
             self._identity = self.socket.recv(NOBLOCK)
         except zmq.Again:
             self._state = _Reading.IDLE
+            self._quiet = True
             return None
         return self._take_header()
+
+    def woke(self) -> None:
+        """Its descriptor woke: a message may have come."""
+        self._quiet = False
 
     def _take_header(self) -> Arrival:
         self._header = None
@@ -410,6 +420,7 @@ class Router:
             LinkBroken: its connection is gone, or its queue is full (it read none of the last
                 :data:`SERVER_SEND_HWM` messages).
         """
+        self._quiet = False
         if self._sending is not None:
             self._finish_interrupted_send()
         parts = (identity, *frames)
