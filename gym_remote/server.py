@@ -980,12 +980,9 @@ def _kind_of(header: bytes) -> int | None:
     return header[3] if len(header) > 3 else None
 
 
-_HELLO = int(Kind.HELLO)
-
-
 def _is_hello(header: bytes) -> bool:
     """Whether a header frame is a HELLO's: the router reads those whole and tells who sent them."""
-    return len(header) > 3 and header[3] == _HELLO
+    return _kind_of(header) == Kind.HELLO
 
 
 def _error_message(text: str) -> list[Any]:

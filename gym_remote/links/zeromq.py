@@ -154,8 +154,7 @@ def _send_frames(send: Callable[..., Any], frames: Sequence[Any], first: int, fl
     last = len(frames) - 1
     for position in range(first, len(frames)):
         frame = frames[position]
-        copy = not (type(frame) is np.ndarray and frame.nbytes >= ZERO_COPY_BYTES)
-        send(frame, flags | (SNDMORE if position < last else 0), copy=copy)
+        send(frame, flags | (SNDMORE if position < last else 0), copy=_copy(frame))
 
 
 class _Cursor:
@@ -202,9 +201,7 @@ class _Cursor:
             if self.ended or not get(RCVMORE):
                 self.ended = True
                 raise ProtocolError(f"{what}: the message ended before all its array frames")
-            received = receive(target)
-            if received != target.nbytes:
-                check_frames_into(received, target.nbytes, what)
+            check_frames_into(receive(target), target.nbytes, what)
 
     def rest(self) -> list[bytes]:
         if self.read is _TOO_LONG:
@@ -450,9 +447,7 @@ class Router:
         parts, sock = self._sending, self.socket
         last = len(parts) - 1
         for part in range(first, len(parts)):
-            frame = parts[part]
-            copy = type(frame) is not np.ndarray or frame.nbytes < ZERO_COPY_BYTES
-            _queue(sock, frame, SNDMORE if part < last else 0, copy)
+            _queue(sock, parts[part], SNDMORE if part < last else 0, _copy(parts[part]))
             self._sent = part + 1
 
     def try_send(self, identity: bytes, frames: Sequence[Any]) -> bool:
