@@ -135,8 +135,9 @@ class Multiplexer:
         look at every link (the others wait in their buffers for the next call); if the router's
         descriptor woke, the router is looked at (:meth:`_ready`).
 
-        The poll set must be up to date (:meth:`_register`); it is brought up to date again after what the
-        poll found, which may change it (a channel's outbox sent, connections accepted or closed)."""
+        The poll set must be up to date (:meth:`_register`); it is brought up to date again when what the
+        poll found may have changed it (a channel's outbox sent, connections accepted or closed), and only
+        then: on the step path a poll finds replies, which change nothing of it."""
         found = self._poll.poll(milliseconds)
         listener = self.listener
         serve_listener = listener is not None and listener.has_pending  # drop connections that overstay
@@ -144,6 +145,7 @@ class Multiplexer:
             return None
         arrived: bytes | None = None
         other = False  # the router's or the listener's descriptor woke
+        wrote = False  # a channel's outbox was sent (its interest in room may have ended)
         router = self.router.fileno()
         for fd, events in found:
             member = self._of_fd.get(fd)
@@ -155,6 +157,7 @@ class Multiplexer:
             identity, channel = member
             try:
                 if events & (_WRITE | _TROUBLE) and channel.wants_write:
+                    wrote = True
                     channel.flush()
                 if events & (_READ | _TROUBLE) and channel.receive() is not None and arrived is None:
                     arrived = identity
@@ -162,7 +165,9 @@ class Multiplexer:
                 self._broken.append(Broken(identity, str(error)))
         if serve_listener or (other and listener is not None):
             listener.service(time.monotonic())
-        self._register()
+            self._register()
+        elif wrote:
+            self._register()
         if self._broken or (other and arrived is None):
             return self._ready()
         if arrived is None:
@@ -172,17 +177,20 @@ class Multiplexer:
     def _register(self) -> None:
         """Bring the poll set up to date (when it changed): what each descriptor is to be waited for now.
         Each step is done before it is recorded, so that an interrupt leaves nothing recorded as done."""
-        writers = tuple(fd for fd, (_, channel) in self._of_fd.items() if channel.wants_write)
-        listening = tuple(self.listener.descriptors()) if self.listener is not None else ()
+        writers = [fd for fd, member in self._of_fd.items() if member[1].wants_write]
+        listener = self.listener
+        listening = listener.descriptors() if listener is not None and listener.has_pending else None
         layout = (self._joined, writers, listening)
         if layout == self._layout:
             return
+        if listener is not None and listening is None:
+            listening = listener.descriptors()
         wanted = {self.router.fileno(): _READ}
         for fd in self._of_fd:
             wanted[fd] = _READ
         for fd in writers:
             wanted[fd] = _READ | _WRITE
-        for fd in listening:
+        for fd in listening or ():
             wanted[fd] = _READ
         registered, poll = self._registered, self._poll
         for fd in [fd for fd in registered if fd not in wanted]:
