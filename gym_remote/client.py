@@ -44,6 +44,7 @@ from gym_remote.links.connection import (
 )
 from gym_remote.protocol import FLAG_VALUE, HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY, Kind, format_slots, kind_name
 from gym_remote.security import KeySource, check_endpoint, client_security, is_local_endpoint
+from gym_remote.spin import SpinGate
 
 __all__ = ["EnvClient", "HostedEnvs", "EnvFailure"]
 
@@ -54,9 +55,11 @@ _LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, g
 IDLE_POLL_SECONDS = 0.2
 """How often an idle client wakes up to check whether it was asked to stop."""
 
-DEFAULT_SPIN_SECONDS = 100e-6
+DEFAULT_SPIN_SECONDS = 200e-6
 """How long a client served over a data channel busy-checks it for the next command (see ``EnvClient``'s
-``spin``): about twice what a learner takes between a cheap env's RESULT and its next STEP."""
+``spin``): about twice the 90th percentile of what a learner takes between a cheap env's RESULT and its next
+STEP (CartPole, 8 envs, 1 client: median 41 µs, 90th percentile 87 to 111 µs), and longer than such a wait
+that sleeps (so that a spin turned off by slow commands comes back when they are fast again)."""
 
 HANDSHAKE_FAILURES = 3
 """Security handshakes the server cuts off in a row (the sign of a wrong server key) before giving up."""
@@ -410,10 +413,12 @@ class EnvClient:
         self._connection: ServerConnection | None = None  # this session's links to the server
         self._connected = False  # this session's ZeroMQ handshake succeeded
         self._told_no_data_channel = False
-        if not spin >= 0:
-            raise ValueError(f"spin must be a duration in seconds >= 0, got {spin!r}")
-        self.spin = float(spin)
-        self._typical_wait = 0.0  # a moving average of how long commands took to come (see _next_command)
+        self._spin = SpinGate(spin)
+
+    @property
+    def spin(self) -> float:
+        """Seconds a wait for the next command busy-checks the data channel first (see ``spin`` above)."""
+        return self._spin.spin
 
     def stop(self) -> None:
         """Ask :meth:`run` (in another thread) to leave the server (BYE) and return.
@@ -815,7 +820,7 @@ class EnvClient:
                 this membership).
         """
         connection = self._connection
-        spin = self.spin if connection.on_channel and self._typical_wait < self.spin else 0.0
+        spin = self._spin.now() if connection.on_channel else 0.0
         since = time.perf_counter()
         try:
             received = connection.next_message(IDLE_POLL_SECONDS, spin)
@@ -823,7 +828,7 @@ class EnvClient:
             raise _ServerGone(str(error)) from None
         if received is not None and connection.on_channel:
             # slow commands (a slow learner, or one starved of CPU) turn the spin off until they come fast again
-            self._typical_wait += 0.25 * (min(time.perf_counter() - since, 1.0) - self._typical_wait)
+            self._spin.waited(time.perf_counter() - since)
         return received
 
     def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes, message: Message) -> bool | None:

@@ -57,6 +57,7 @@ from gym_remote.membership import (
 )
 from gym_remote.protocol import FLAG_VALUE, Kind, kind_name
 from gym_remote.security import DEFAULT_HANDSHAKE_RATE, DEFAULT_MAX_MESSAGE_BYTES, ServerSecurity
+from gym_remote.spin import SpinGate
 
 if TYPE_CHECKING:
     from gym_remote.launch import Launcher
@@ -202,11 +203,8 @@ class SlotServer:
         spin: float = DEFAULT_SPIN_SECONDS,
         data_plane: bool = True,
     ) -> None:
-        if not spin >= 0:
-            raise ValueError(f"spin must be a duration in seconds >= 0, got {spin!r}")
+        self._spin = SpinGate(spin)
         self.num_envs = num_envs
-        self.spin = float(spin)
-        self._typical_wait = 0.0  # a moving average of how long replies took to come (see _poll_once)
         self.autoreset_mode = autoreset_mode
         self.liveness_timeout = liveness_timeout
         self.max_message_bytes = int(max_message_bytes)
@@ -544,11 +542,11 @@ class SlotServer:
         ``spin``: a wait for replies, which first busy-checks for them while replies come fast.
         """
         timeout = POLL_SECONDS if deadline is None else min(POLL_SECONDS, max(0.0, deadline - time.monotonic()))
-        spinning = self.spin if spin and self._typical_wait < self.spin else 0.0
+        spinning = self._spin.now() if spin else 0.0
         waiting_since = time.perf_counter()
         event = self.mux.next(timeout, spinning)
         if spin:
-            self._typical_wait += 0.25 * (time.perf_counter() - waiting_since - self._typical_wait)
+            self._spin.waited(time.perf_counter() - waiting_since)
         if isinstance(event, Arrival):
             self._handle(event)
         elif isinstance(event, Broken):

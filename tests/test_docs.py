@@ -7,11 +7,13 @@ import doctest
 import pytest
 
 import gym_remote
-from gym_remote import bench, codec, protocol, registration, sb3, vector_env
+from gym_remote import bench, codec, protocol, registration, sb3, spin, vector_env
 
 
 @pytest.mark.parametrize(
-    "module", [gym_remote, vector_env, protocol, codec, sb3, registration, bench], ids=lambda module: module.__name__
+    "module",
+    [gym_remote, vector_env, protocol, codec, sb3, registration, bench, spin],
+    ids=lambda module: module.__name__,
 )
 def test_docstring_examples(module):
     failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -1,7 +1,8 @@
 """The learner's spin: it busy-waits for replies that come fast, and sleeps through slow ones.
 
 Measured as the learner thread's CPU time against the wall time of its steps: a spinning wait keeps
-the thread on the CPU, a sleeping one does not.
+the thread on the CPU, a sleeping one does not. The rule itself (:class:`gym_remote.spin.SpinGate`, which
+the client follows too) is tested without sockets first.
 """
 
 from __future__ import annotations
@@ -16,9 +17,44 @@ import pytest
 
 from gym_remote import RemoteVectorEnv
 from gym_remote.server import DEFAULT_SPIN_SECONDS
+from gym_remote.spin import SpinGate
 from tests.envs.partial import make_timed
 
 pytestmark = pytest.mark.timeout(60)
+
+SPIN = 200e-6
+
+
+def _gate_after(waits: list[float]) -> SpinGate:
+    gate = SpinGate(SPIN)
+    for seconds in waits:
+        gate.waited(seconds)
+    return gate
+
+
+def test_the_gate_spins_while_waits_are_shorter_than_the_spin():
+    assert _gate_after([]).now() == SPIN
+    assert _gate_after([40e-6] * 50).now() == SPIN
+
+
+def test_one_late_wait_among_fast_ones_leaves_the_spin_on():
+    # (a process preempted once, or time stolen by the hypervisor: before the bound, one wait of a
+    # millisecond turned the spin off, and the sleeping waits after it kept it off)
+    assert _gate_after([40e-6] * 50 + [0.5]).now() == SPIN
+    assert _gate_after([40e-6] * 50 + [0.5] + [40e-6] + [0.5]).now() == SPIN
+
+
+def test_a_few_slow_waits_in_a_row_turn_the_spin_off_and_fast_ones_bring_it_back():
+    slow = _gate_after([40e-6] * 50 + [0.02] * 3)
+    assert slow.now() == 0.0
+    assert _gate_after([40e-6] * 50 + [0.02] * 3 + [120e-6] * 4).now() == SPIN  # waits asleep, still fast
+
+
+def test_a_gate_of_zero_never_spins():
+    assert SpinGate(0.0).now() == 0.0
+    gate = SpinGate(0.0)
+    gate.waited(0.0)
+    assert gate.now() == 0.0
 
 
 def _busy_share(envs: RemoteVectorEnv, steps: int) -> float:

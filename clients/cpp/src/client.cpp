@@ -675,8 +675,9 @@ Status Client::Impl::Serve(bool* closed) {
     Message message;
     if (ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Receive(&message.frames, &got, &too_many));
     if (got && connection->carrying()) {  // slow commands turn the spin off until they come fast again
+      // (each counting for at most twice the spin, as in gym_remote/spin.py: one late command alone does not)
       const double waited = std::chrono::duration<double>(Clock::now() - since).count();
-      typical_wait += 0.25 * (std::min(waited, 1.0) - typical_wait);
+      typical_wait += 0.25 * (std::min(waited, 2 * options.spin) - typical_wait);
     }
     if (!got) {
       bool dropped = false;
