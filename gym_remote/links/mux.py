@@ -163,10 +163,10 @@ class Multiplexer:
                     arrived = identity
             except LinkBroken as error:
                 self._broken.append(Broken(identity, str(error)))
-        if serve_listener or (other and listener is not None):
+        served = serve_listener or (other and listener is not None)
+        if served:
             listener.service(time.monotonic())
-            self._register()
-        elif wrote:
+        if served or wrote:
             self._register()
         if self._broken or (other and arrived is None):
             return self._ready()
@@ -179,18 +179,17 @@ class Multiplexer:
         Each step is done before it is recorded, so that an interrupt leaves nothing recorded as done."""
         writers = [fd for fd, member in self._of_fd.items() if member[1].wants_write]
         listener = self.listener
-        listening = listener.descriptors() if listener is not None and listener.has_pending else None
-        layout = (self._joined, writers, listening)
+        # (the listening socket itself is always waited on: only the connections still to greet change)
+        greeting = listener.descriptors() if listener is not None and listener.has_pending else None
+        layout = (self._joined, writers, greeting)
         if layout == self._layout:
             return
-        if listener is not None and listening is None:
-            listening = listener.descriptors()
         wanted = {self.router.fileno(): _READ}
         for fd in self._of_fd:
             wanted[fd] = _READ
         for fd in writers:
             wanted[fd] = _READ | _WRITE
-        for fd in listening or ():
+        for fd in listener.descriptors() if listener is not None else ():
             wanted[fd] = _READ
         registered, poll = self._registered, self._poll
         for fd in [fd for fd in registered if fd not in wanted]:
