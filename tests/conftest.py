@@ -36,6 +36,7 @@ ONE_PLANE_MODULES = {
     "test_docs",
     "test_episodes",
     "test_membership",
+    "test_mux",
     "test_partial_state",
     "test_probe",
     "test_protocol",
@@ -62,6 +63,42 @@ def pytest_generate_tests(metafunc) -> None:
     if "data_plane" in metafunc.fixturenames and metafunc.module.__name__.rpartition(".")[2] not in ONE_PLANE_MODULES:
         chosen = metafunc.config.getoption("--data-plane")
         metafunc.parametrize("data_plane", ["uds", "zmq"] if chosen == "both" else [chosen], indirect=True)
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "alternate_planes: with both planes chosen, each case of the test's matrix runs on one plane, not on both",
+    )
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test marked ``alternate_planes`` (a wide matrix of cases whose subject is not the transport) runs
+    each case once: on zmq if the positions of its parameter values (each in its own parameter's list) add
+    up to an odd number, else on uds. So every case runs, and every value of a parameter that varies with
+    another meets both planes, at half the cost."""
+    if config.getoption("--data-plane") != "both":
+        return
+    marked = [
+        item
+        for item in items
+        if item.get_closest_marker("alternate_planes") is not None and "data_plane" in item.callspec.params
+    ]
+    values: dict[tuple[str, str], list] = {}  # each parameter's values, in order, by test function
+    for item in marked:
+        for name, value in item.callspec.params.items():
+            seen = values.setdefault((item.originalname, name), [])
+            if value not in seen:
+                seen.append(value)
+    dropped = set()
+    for item in marked:
+        params = item.callspec.params
+        parity = sum(values[item.originalname, name].index(v) for name, v in params.items() if name != "data_plane")
+        if params["data_plane"] != ("zmq" if parity % 2 else "uds"):
+            dropped.add(item)
+    if dropped:
+        config.hook.pytest_deselected(items=[item for item in items if item in dropped])
+        items[:] = [item for item in items if item not in dropped]
 
 
 @pytest.fixture(autouse=True)

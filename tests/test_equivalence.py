@@ -297,6 +297,7 @@ def fns(count: int, **kwargs: Any) -> list[Callable]:
 # autoreset modes with rich infos
 
 
+@pytest.mark.alternate_planes
 @pytest.mark.parametrize("copy_obs", [True, False], ids=["copy", "nocopy"])
 @pytest.mark.parametrize("num_clients", [1, 2, 5])
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
@@ -402,6 +403,7 @@ def test_autoreset_mode_given_as_string():
 SPACE_NAMES = list(SPACES)
 
 
+@pytest.mark.alternate_planes
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("space", SPACE_NAMES)
 def test_observation_space(space, mode):

@@ -265,8 +265,7 @@ def test_a_message_read_in_part_or_to_its_end_leaves_the_next_whole_at_the_deale
 def test_a_look_at_the_router_that_finds_nothing_rearms_its_descriptor(router_and_dealer):
     """The multiplexer sleeps in poll() on the router's descriptor after a receive() found nothing: every
     message that comes after such a look must wake that poll, also after messages taken in a row. Until the
-    router is told of the wake-up, it takes itself for quiet (a look that finds nothing costs a system call
-    and an exception)."""
+    router is told of the wake-up, it takes itself for quiet (a look that finds nothing costs a system call)."""
     router, dealer = router_and_dealer
     waker = select.poll()
     waker.register(router.fileno(), select.POLLIN)

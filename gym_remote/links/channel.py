@@ -33,7 +33,6 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from gym_remote.errors import ProtocolError
 from gym_remote.links import fork
 from gym_remote.links.base import MAX_FRAMES, FrameList, LinkBroken
 
@@ -293,7 +292,7 @@ class Channel:
             return True
         try:
             return self._record_end() is not None
-        except ProtocolError:
+        except LinkBroken:  # (the next receive raises it)
             return True
 
     def receive(self) -> FrameList | None:
@@ -310,11 +309,11 @@ class Channel:
             self._check_intact()
         if self._current is not None:
             return self._current
-        end = self._checked_record_end()
+        end = self._record_end()
         while end is None:
             if not self._receive_some():
                 return None
-            end = self._checked_record_end()
+            end = self._record_end()
         record = FrameList(self._frames_of_record())
         self._current_end = end
         self._current = record
@@ -327,17 +326,11 @@ class Channel:
             self._current = None
             self._parsed_start = -1
 
-    def _checked_record_end(self) -> int | None:
-        try:
-            return self._record_end()
-        except ProtocolError as error:
-            raise self._broken_by(f"it sent a malformed message on its data channel: {error}") from None
-
     def _record_end(self) -> int | None:
         """The end offset of the record at ``_start`` if it is all here; its layout is checked first.
 
         Raises:
-            ProtocolError: a frame count out of range, or a frame longer than the limit.
+            LinkBroken: a frame count out of range, or a frame longer than the limit (the channel is broken).
         """
         start, buffer = self._start, self._buffer
         if start == self._parsed_start:  # (a record's layout is checked once)
@@ -348,14 +341,14 @@ class Channel:
             return None
         (count,) = _COUNT.unpack_from(buffer, start)
         if not 1 <= count <= MAX_FRAMES:
-            raise ProtocolError(f"a data channel record of {count} frames (at most {MAX_FRAMES})")
+            raise self._malformed(f"a data channel record of {count} frames (at most {MAX_FRAMES})")
         prefix = 4 + 8 * count
         if have < prefix:
             return None
         lengths = _lengths(count).unpack_from(buffer, start + 4)
         largest = max(lengths)
         if largest > self.max_frame_bytes:
-            raise ProtocolError(f"a frame of {largest} bytes exceeds the limit of {self.max_frame_bytes} bytes")
+            raise self._malformed(f"a frame of {largest} bytes exceeds the limit of {self.max_frame_bytes} bytes")
         end = start + prefix + sum(lengths)
         self._parsed_end, self._parsed_lengths = end, lengths
         self._parsed_start = start
@@ -436,6 +429,9 @@ class Channel:
         self._settle_send()
         if self._read_base is not None:
             self._settle_read()
+
+    def _malformed(self, problem: str) -> LinkBroken:
+        return self._broken_by(f"it sent a malformed message on its data channel: {problem}")
 
     def _broken_by(self, reason: str) -> LinkBroken:
         """Mark the channel broken (for good: every later call raises the same); the error to raise."""

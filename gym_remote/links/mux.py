@@ -15,7 +15,7 @@ import select
 import time
 from collections import deque
 
-from gym_remote.links.base import Arrival, Broken, CutShort, LinkBroken
+from gym_remote.links.base import Arrival, Broken, CutShort, FrameList, LinkBroken
 from gym_remote.links.channel import Channel, Listener
 from gym_remote.links.zeromq import Router
 
@@ -105,28 +105,23 @@ class Multiplexer:
             return self._broken.popleft()
         self._turn ^= 1
         if self._turn:
-            return self._from_router() or self._from_channels()
-        return self._from_channels() or self._from_router()
-
-    def _from_router(self) -> Event | None:
-        return self.router.receive()
+            return self.router.receive() or self._from_channels()
+        return self._from_channels() or self.router.receive()
 
     def _from_channels(self) -> Event | None:
+        """The current record of the first channel that has one whole, as an arrival (or its link broken).
+
+        A channel whose read an interrupt cut short counts as buffered, and may still lack the rest of its
+        record once that read is accounted for."""
         for identity, channel in self.channels.items():
             if channel.buffered():
-                return self._from_channel(identity, channel)
+                try:
+                    record = channel.receive()
+                except LinkBroken as error:
+                    return Broken(identity, str(error))
+                if record is not None:
+                    return _arrival(identity, channel, record)
         return None
-
-    def _from_channel(self, identity: bytes, channel: Channel) -> Event | None:
-        """The current record of ``channel`` as an arrival (None if none is whole), or its link broken."""
-        try:
-            record = channel.receive()
-        except LinkBroken as error:
-            return Broken(identity, str(error))
-        if record is None:
-            return None
-        record.rewind()  # (handed out again if its handler was cut short)
-        return Arrival(identity, record.next(), record, channel)
 
     def _poll_links(self, milliseconds: int) -> Event | None:
         """One ``poll()`` on every link (waiting at most ``milliseconds``), then what it found: reading
@@ -143,7 +138,7 @@ class Multiplexer:
         serve_listener = listener is not None and listener.has_pending  # drop connections that overstay
         if not found and not serve_listener:
             return None
-        arrived: bytes | None = None
+        arrived: Arrival | None = None
         other = False  # the router's or the listener's descriptor woke
         wrote = False  # a channel's outbox was sent (its interest in room may have ended)
         router = self.router.fileno()
@@ -159,8 +154,10 @@ class Multiplexer:
                 if events & (_WRITE | _TROUBLE) and channel.wants_write:
                     wrote = True
                     channel.flush()
-                if events & (_READ | _TROUBLE) and channel.receive() is not None and arrived is None:
-                    arrived = identity
+                if events & (_READ | _TROUBLE):
+                    record = channel.receive()
+                    if record is not None and arrived is None:
+                        arrived = _arrival(identity, channel, record)
             except LinkBroken as error:
                 self._broken.append(Broken(identity, str(error)))
         served = serve_listener or (other and listener is not None)
@@ -170,9 +167,7 @@ class Multiplexer:
             self._register()
         if self._broken or (other and arrived is None):
             return self._ready()
-        if arrived is None:
-            return None
-        return self._from_channel(arrived, self.channels[arrived])
+        return arrived
 
     def _register(self) -> None:
         """Bring the poll set up to date (when it changed): what each descriptor is to be waited for now.
@@ -203,3 +198,9 @@ class Multiplexer:
                 poll.register(fd, events)
                 registered[fd] = events
         self._layout = layout
+
+
+def _arrival(identity: bytes, channel: Channel, record: FrameList) -> Arrival:
+    """``record``, the current one of ``channel``, as an arrival from ``identity``."""
+    record.rewind()  # (handed out again if its handler was cut short)
+    return Arrival(identity, record.next(), record, channel)
