@@ -629,8 +629,8 @@ class SlotServer:
             exchange.lost.append(client)
             self.lose(client, f"it sent a malformed reply in protocol version {header.version}")
             return
-        client.latency = time.monotonic() - exchange.sent_at[identity]
         client.last_seen = time.monotonic()
+        client.latency = client.last_seen - exchange.sent_at[identity]
         try:
             if header.kind == exchange.reply_kind:
                 self._land(exchange.sink, client, header, arrival)
@@ -980,7 +980,10 @@ def _kind_of(header: bytes) -> int | None:
 
 def _is_hello(header: bytes) -> bool:
     """Whether a header frame is a HELLO's: the router reads those whole and tells who sent them."""
-    return _kind_of(header) == Kind.HELLO
+    return len(header) > 3 and header[3] == _HELLO  # (asked of every message: no call to _kind_of)
+
+
+_HELLO = int(Kind.HELLO)
 
 
 def _error_message(text: str) -> list[Any]:

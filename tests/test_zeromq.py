@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import select
 import sys
+import threading
 import time
 
 import numpy as np
@@ -323,3 +324,60 @@ def test_a_send_on_the_router_ends_its_quiet(router_and_dealer):
     arrival = router.receive()
     assert arrival is not None and (arrival.header, arrival.message.rest()) == (b"header", [b"body"])
     assert dealer.poll(10_000) and dealer.recv() == b"reply"
+
+
+def test_a_wait_on_the_router_alone_sleeps_in_libzmq_until_a_message_comes(router_and_dealer):
+    """A learner with no other link waits in one libzmq receive: it returns a message sent while it sleeps (at
+    once, not at its timeout), and None once the timeout passes with none."""
+    router, dealer = router_and_dealer
+    started = time.monotonic()
+    assert router.wait(0.2) is None
+    assert 0.15 <= time.monotonic() - started < 5
+    sender = threading.Timer(0.2, dealer.send_multipart, ([b"header", b"body"],))
+    sender.start()
+    try:
+        started = time.monotonic()
+        arrival = router.wait(10.0)
+        waited = time.monotonic() - started
+    finally:
+        sender.join(10)
+    assert arrival is not None and (arrival.identity, arrival.header) == (b"dealer", b"header")
+    assert arrival.message.rest() == [b"body"]
+    assert waited < 5, f"the wait took {waited:.2f} s: it did not wake for the message"
+    router.consume()
+
+
+@pytest.mark.parametrize("spin", [0.0, 0.001])
+def test_after_a_wait_takes_a_message_the_router_looks_again(router_and_dealer, spin):
+    """A receive inside a wait processes the socket's commands, the wake-ups of messages behind the one it takes
+    among them, so the descriptor may never wake for those: after such a receive, a look must ask the socket
+    again (the router is not taken for quiet), and every message is found in order."""
+    router, dealer = router_and_dealer
+    assert router.receive() is None  # quiet
+    for index in range(3):
+        dealer.send_multipart([b"message", str(index).encode()])
+    taken = []
+    arrival = router.wait(10.0, spin)
+    while arrival is not None:
+        taken.append(arrival.message.rest())
+        router.consume()
+        arrival = router.receive()
+        if arrival is None and len(taken) < 3:
+            assert not router.socket.get(zmq.EVENTS) & zmq.POLLIN, "a message waits; the router took itself for quiet"
+            arrival = router.wait(1.0)  # (the rest was still on its way through libzmq)
+    assert taken == [[b"0"], [b"1"], [b"2"]]
+
+
+def test_a_message_handed_out_by_a_wait_is_handed_out_again_until_consumed(router_and_dealer):
+    """A wait hands out the current message first, as receive() does: a handler an interrupt cut short gets it
+    again, and nothing is taken from the socket meanwhile."""
+    router, dealer = router_and_dealer
+    dealer.send_multipart([b"first", b"a"])
+    dealer.send_multipart([b"second", b"b"])
+    first = router.wait(10.0)
+    assert first is not None and first.header == b"first"
+    assert router.wait(10.0) is first
+    assert first.message.rest() == [b"a"]
+    router.consume()
+    second = router.wait(10.0)
+    assert second is not None and (second.header, second.message.rest()) == (b"second", [b"b"])

@@ -73,7 +73,13 @@ class Multiplexer:
 
         ``spin``: first busy-check the links for that many seconds (a thread's wake-up costs tens of
         microseconds, as much as a cheap env's step).
+
+        With no listener and no channel the router is the only link, and libzmq waits for it (:meth:`Router.wait
+        <gym_remote.links.zeromq.Router.wait>`): one call, where a ``poll()`` takes a look, the poll and a
+        look again.
         """
+        if self.listener is None and not self.channels and not self._broken:  # the router is the only link
+            return self.router.wait(timeout, spin)
         event = self._ready()
         if event is not None:
             return event

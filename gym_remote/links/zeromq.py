@@ -157,6 +157,21 @@ def _send_frames(send: Callable[..., Any], frames: Sequence[Any], first: int, fl
         send(frame, flags | (SNDMORE if position < last else 0), copy=_copy(frame))
 
 
+class _ReceiveTimeout:
+    """A socket's ``ZMQ_RCVTIMEO``, set only when it changes (a socket option costs a microsecond)."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self._socket = sock
+        self._seconds: float | None = None  # as last set (None: not known)
+
+    def set(self, seconds: float) -> None:
+        """Blocking receives wait at most ``seconds`` (at least a millisecond)."""
+        if seconds != self._seconds:
+            self._seconds = None  # (unknown, should an interrupt come out of the next call)
+            self._socket.setsockopt(zmq.RCVTIMEO, max(1, int(seconds * 1000)))
+            self._seconds = seconds
+
+
 class _Cursor:
     """The frames of a ZeroMQ socket's current message after its header (a
     :class:`~gym_remote.links.base.Message`): read straight from the socket, or, for a message read whole
@@ -293,6 +308,7 @@ class Router:
         self._arrival: Arrival | None = None
         self._cursor: _Cursor | None = None  # the frames of the current (or last) message
         self._quiet = False  # the last look found nothing, and neither a wake-up nor a send came since
+        self._receive_timeout = _ReceiveTimeout(sock)
         self._sending: tuple[Any, ...] | None = None  # the parts (routing id, frames) of a send in progress
         self._sent = 0  # how many of its parts are known to have gone out (the next may have too)
         self._closed = False
@@ -315,6 +331,37 @@ class Router:
         from the socket, or a current message whose handler was cut short after reading frames of it (it has
         been dropped).
         """
+        event = self._resume()
+        if event is not None or self._quiet:
+            return event
+        if not self.socket.get(_EVENTS) & _POLLIN:
+            self._quiet = True
+            return None
+        return self._take(NOBLOCK)
+
+    def wait(self, timeout: float, spin: float = 0.0) -> Arrival | CutShort | None:
+        """:meth:`receive`, waiting at most ``timeout`` seconds for a message inside libzmq (None if none came).
+
+        For a learner whose only link is this router: one call that sleeps until a message comes, where a
+        wait on several links takes a look, a ``poll()`` and a look again. ``spin``: first busy-check for a
+        message for that many seconds.
+        """
+        event = self._resume()
+        if event is not None:
+            return event
+        self._quiet = False  # (its looks process the socket's commands, and an interrupt may cut one short)
+        if spin > 0:
+            clock, until, events = time.perf_counter, time.perf_counter() + spin, self.socket.get
+            while clock() < until:
+                if events(_EVENTS) & _POLLIN:
+                    return self._take(NOBLOCK)
+        if timeout <= 0:
+            return None
+        self._receive_timeout.set(timeout)
+        return self._take(0)
+
+    def _resume(self) -> Arrival | CutShort | None:
+        """The current message, or what an interrupted read left to report; None once at a message's start."""
         state = self._state
         if state == _Reading.CURRENT:  # handed out before, and its handler was cut short
             return self._again()
@@ -326,19 +373,19 @@ class Router:
                 return interrupted
             if self._state == _Reading.CURRENT:
                 return self._arrival
-        if self._quiet:
-            return None
-        if not self.socket.get(_EVENTS) & _POLLIN:
-            self._quiet = True
-            return None
+        return None
+
+    def _take(self, flags: int) -> Arrival | None:
+        """The next message, taken from the socket (``flags``: NOBLOCK, or 0 to wait as ``ZMQ_RCVTIMEO`` says)."""
         self._identity = None
         self._state = _Reading.IDENTITY
         try:
-            self._identity = self.socket.recv(NOBLOCK)
-        except zmq.Again:  # (not expected once EVENTS said POLLIN)
+            self._identity = self.socket.recv(flags)
+        except zmq.Again:  # (none came in time, or none was there after all)
             self._state = _Reading.IDLE
-            self._quiet = True
+            self._quiet = True  # libzmq has processed the socket's commands: a message to come wakes it
             return None
+        self._quiet = False  # (more may wait, their wake-up taken by this receive)
         return self._take_header()
 
     def woke(self) -> None:
@@ -609,7 +656,7 @@ class Dealer:
         self._sending = False  # a send in progress (see base: an interrupt leaves it set)
         self._reading = False
         self._cursor: _Cursor | None = None  # the frames of the last message received
-        self._receive_timeout: int | None = None  # ZMQ_RCVTIMEO as last set (None: not known)
+        self._receive_timeout = _ReceiveTimeout(sock)
         self._watch: StallWatch | None = None
         self._fork_address: Any = None
         self._closed = False
@@ -645,11 +692,7 @@ class Dealer:
         self._reading = True
         try:
             if timeout > 0:
-                milliseconds = max(1, int(timeout * 1000))
-                if milliseconds != self._receive_timeout:
-                    self._receive_timeout = None  # (unknown, should an interrupt come out of the next call)
-                    sock.setsockopt(zmq.RCVTIMEO, milliseconds)
-                    self._receive_timeout = milliseconds
+                self._receive_timeout.set(timeout)
                 header = sock.recv()
             else:
                 header = sock.recv(NOBLOCK)

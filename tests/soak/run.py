@@ -212,7 +212,7 @@ def _start(
         timeout=30.0,
         connect_timeout=30.0,
         liveness_timeout=LIVENESS,
-        data_plane=True,
+        data_plane=params.zmq_share < 1.0,  # (without it the learner's router is its only link)
         name="soak",
     )
     log.add("learner", f"listening on {envs.address}")
