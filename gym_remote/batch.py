@@ -221,7 +221,9 @@ class Landing:
 
     def land(self, client: ClientInfo, header: protocol.Header, scalars: bytes | None, value: Any) -> None:
         batch, slots, whole = self.batch, self._slots, self._whole
-        rewards, terminations, truncations = protocol.parse_result_scalars(scalars, len(slots))
+        count = len(slots)
+        # of one env (the most common client) as Python scalars, stored at its slot: much cheaper than arrays of one
+        results = protocol.parse_one_result(scalars) if count == 1 else protocol.parse_result_scalars(scalars, count)
         rows = client.rows if whole else np.asarray(slots, dtype=np.intp)
         if value is not None:
             batch._read_value(slots, value)
@@ -231,9 +233,8 @@ class Landing:
             for slot in slots:
                 batch.slot_infos.pop(slot, None)
                 batch.slot_finals.pop(slot, None)
-        batch.rewards[rows] = rewards
-        batch.terminations[rows] = terminations
-        batch.truncations[rows] = truncations
+        at = slots[0] if count == 1 else rows
+        batch.rewards[at], batch.terminations[at], batch.truncations[at] = results
         if batch.is_array and (not whole or client.slot_slice is None):  # not received in place
             for leaf, target in zip(batch.leaves, self._scratch, strict=True):
                 leaf[rows] = target

@@ -211,6 +211,9 @@ class Membership:
         for launch in launches:
             self._reserved[launch.first_slot : launch.first_slot + launch.count] = True
         self.slots: list[ClientInfo | None] = [None] * num_envs
+        self._every_slot = list(range(num_envs))
+        # what every step asks of the slots, worked out once after each change of them (None: not yet)
+        self._slot_summary: tuple[list[ClientInfo], bool] | None = None
         self.clients: dict[bytes, ClientInfo] = {}
         self.waiting: dict[bytes, _Waiter] = {}
         self.slot_epochs = [0] * num_envs
@@ -244,10 +247,24 @@ class Membership:
 
     def empty_slots(self, slots: Iterable[int] | None = None) -> list[int]:
         """The slots (of ``slots``, default all) that have no client."""
+        if self._summary()[1]:
+            return []
         return [slot for slot in (range(self.num_envs) if slots is None else slots) if self.slots[slot] is None]
 
     def clients_of(self, slots: Iterable[int]) -> list[ClientInfo]:
         """The clients serving ``slots``, each once, in slot order."""
+        if slots == self._every_slot:  # (every step's question)
+            return list(self._summary()[0])
+        return self._clients_of(slots)
+
+    def _summary(self) -> tuple[list[ClientInfo], bool]:
+        """The clients of every slot, each once, in slot order; and whether every slot is served."""
+        summary = self._slot_summary
+        if summary is None:
+            summary = self._slot_summary = (self._clients_of(self._every_slot), None not in self.slots)
+        return summary
+
+    def _clients_of(self, slots: Iterable[int]) -> list[ClientInfo]:
         clients: dict[bytes, ClientInfo] = {}
         for slot in slots:
             client = self.slots[slot]
@@ -341,6 +358,7 @@ class Membership:
         if self.observation_space is None:
             self.set_spaces(client.observation_spaces[0], client.action_spaces[0])
         self.clients[client.identity] = client
+        self._slot_summary = None
         for slot in client.slots:
             self.slots[slot] = client
             self.slot_epochs[slot] += 1
@@ -351,6 +369,7 @@ class Membership:
         if client is None:
             return None
         now = time.monotonic()
+        self._slot_summary = None
         for slot in client.slots:
             if self.slots[slot] is client:
                 self.slots[slot] = None
@@ -365,6 +384,7 @@ class Membership:
         """Forget every member and waiter (the server closed)."""
         self.clients.clear()
         self.waiting.clear()
+        self._slot_summary = None
         self.slots = [None] * self.num_envs
 
     # -- observability -----------------------------------------------------------------------------

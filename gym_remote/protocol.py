@@ -43,6 +43,7 @@ __all__ = [
     "parse_header",
     "ResultFrame",
     "parse_result_scalars",
+    "parse_one_result",
     "value_frames",
     "read_value",
     "message",
@@ -225,7 +226,7 @@ def parse_result_scalars(frame: bytes, count: int) -> tuple[np.ndarray, np.ndarr
     """Views of the rewards, terminated and truncated arrays in a RESULT header frame.
 
     Raises:
-        ProtocolError: the frame's length does not fit ``count`` envs.
+        ProtocolError: the frame's length does not fit ``count`` envs, or a flag is neither 0 nor 1.
     """
     if len(frame) != HEADER_SIZE + 10 * count:
         raise ProtocolError(
@@ -235,9 +236,24 @@ def parse_result_scalars(frame: bytes, count: int) -> tuple[np.ndarray, np.ndarr
     flags_start = HEADER_SIZE + 8 * count
     if bytes(frame[flags_start:]).translate(None, b"\x00\x01"):  # a byte other than 0 or 1 is left
         raise ProtocolError("malformed RESULT: terminated/truncated bytes must be 0 or 1")
-    rewards = np.frombuffer(frame, dtype="<f8", count=count, offset=HEADER_SIZE)
-    flags = np.frombuffer(frame, dtype=np.uint8, count=2 * count, offset=flags_start)
-    return rewards, flags[:count].view(np.bool_), flags[count:].view(np.bool_)
+    rewards = np.frombuffer(frame, "<f8", count, HEADER_SIZE)  # (positional arguments: keywords cost more)
+    terminated = np.frombuffer(frame, np.bool_, count, flags_start)
+    return rewards, terminated, np.frombuffer(frame, np.bool_, count, flags_start + count)
+
+
+def parse_one_result(frame: bytes) -> tuple[float, bool, bool]:
+    """:func:`parse_result_scalars` for one env, as Python values: a few times faster than arrays of one.
+
+    Raises:
+        ProtocolError: as :func:`parse_result_scalars`.
+    """
+    if len(frame) != _ONE_RESULT_SIZE or frame[_ONE_RESULT_SIZE - 2] > 1 or frame[_ONE_RESULT_SIZE - 1] > 1:
+        parse_result_scalars(frame, 1)  # (raises the error that says what is wrong)
+    return _ONE_RESULT.unpack_from(frame, HEADER_SIZE)
+
+
+_ONE_RESULT = struct.Struct("<d??")
+_ONE_RESULT_SIZE = HEADER_SIZE + _ONE_RESULT.size
 
 
 Label = Callable[[tuple[tuple[Any, str], ...]], str]

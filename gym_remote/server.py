@@ -224,9 +224,10 @@ class SlotServer:
         self._events: deque[Joined | Lost] = deque()  # what happened, for the owner to take (peek_event)
         self._seq = 0
         self._awaited: dict[bytes, dict[int, Exchange]] = {}  # identity -> seq -> the exchange awaiting its reply
-        # identity -> seqs of the commands sent on a member's route whose replies have not come, oldest first
-        # (abandoned ones too): a client answers in order, so a reply that lost its header is the oldest
-        self._owed: dict[bytes, deque[int]] = {}
+        # identity -> seqs of abandoned commands sent on a member's route whose replies have not come, oldest
+        # first: with the awaited ones, what it owes (it answers in order: a reply that lost its header is the
+        # oldest). Kept apart from _awaited so that the step path, which abandons nothing, never touches it.
+        self._late: dict[bytes, deque[int]] = {}
         self._last_checks = 0.0
         self._links: dict[bytes, _Links] = {}  # members' links, by identity
         self._offered: dict[bytes, Channel] = {}  # channels of clients not (yet) admitted: in line
@@ -394,15 +395,18 @@ class SlotServer:
         """Send the commands of a prepared exchange. An interrupt while sending abandons it: replies to what
         went out are dropped as late, and the exchange awaits nothing."""
         commands, exchange.commands = exchange.commands, []
-        seq = exchange.seq
+        seq, pending, sent_at, awaited = exchange.seq, exchange.pending, exchange.sent_at, self._awaited
         try:
             for client, frames in commands:
-                exchange.pending[client.identity] = client
-                self._awaited.setdefault(client.identity, {})[seq] = exchange
-                exchange.sent_at[client.identity] = time.monotonic()
-                self._owe(client.identity, seq)
-                if not self.send(client, frames) and exchange.pending.pop(client.identity, None) is not None:
-                    self._unawait(client.identity, seq)  # (a client lost while sending is listed by lose())
+                identity = client.identity
+                pending[identity] = client
+                by_seq = awaited.get(identity)
+                if by_seq is None:
+                    by_seq = awaited[identity] = {}
+                by_seq[seq] = exchange
+                sent_at[identity] = time.monotonic()
+                if not self.send(client, frames) and pending.pop(identity, None) is not None:
+                    self._unawait(identity, seq)  # (a client lost while sending is listed by lose())
                     exchange.lost.append(client)
         except BaseException:
             self.abandon(exchange)
@@ -413,15 +417,23 @@ class SlotServer:
 
         ``done`` is asked after every message and must not change anything.
         """
+        remaining = deadline - time.monotonic()
         while not done():
-            self._poll_once(spin=True, deadline=deadline)
-            if time.monotonic() > deadline and not done():
+            self._poll_once(min(POLL_SECONDS, max(0.0, remaining)), spin=True)
+            remaining = deadline - time.monotonic()
+            if remaining < 0 and not done():
                 return False
         return True
 
     def abandon(self, exchange: Exchange) -> None:
         """Stop awaiting the replies ``exchange`` still lacks: when they come, they are dropped as late."""
         for identity in exchange.pending:
+            links = self._links.get(identity)
+            if links is not None and links.data is links.route:  # (a data channel reads whole records)
+                late = self._late.get(identity)
+                if late is None:
+                    late = self._late[identity] = deque()
+                late.append(exchange.seq)
             self._unawait(identity, exchange.seq)
         exchange.pending.clear()
 
@@ -536,17 +548,18 @@ class SlotServer:
 
     # -- waiting -----------------------------------------------------------------------------------
 
-    def _poll_once(self, spin: bool = False, deadline: float | None = None) -> None:
-        """Handle the next event (waiting at most ``POLL_SECONDS`` for one), then the periodic checks.
+    def _poll_once(self, timeout: float = POLL_SECONDS, spin: bool = False) -> None:
+        """Handle the next event (waiting at most ``timeout`` seconds for one), then the periodic checks.
 
         ``spin``: a wait for replies, which first busy-checks for them while replies come fast.
         """
-        timeout = POLL_SECONDS if deadline is None else min(POLL_SECONDS, max(0.0, deadline - time.monotonic()))
-        spinning = self._spin.now() if spin else 0.0
-        waiting_since = time.perf_counter()
-        event = self.mux.next(timeout, spinning)
-        if spin:
-            self._spin.waited(time.perf_counter() - waiting_since)
+        gate = self._spin
+        if spin and gate.spin:
+            waiting_since = time.perf_counter()
+            event = self.mux.next(timeout, gate.now())
+            gate.waited(time.perf_counter() - waiting_since)
+        else:
+            event = self.mux.next(timeout)
         if isinstance(event, Arrival):
             self._handle(event)
         elif isinstance(event, Broken):
@@ -604,10 +617,11 @@ class SlotServer:
             arrival.message.skip_rest()
             self._on_malformed(identity, error)
             return
-        if header.kind in _REPLY_KINDS:
-            self._settle_owed(identity, header.seq)
+        seq = header.seq
+        if self._late and header.kind in _REPLY_KINDS:
+            self._settle_late(identity, seq)
         awaited = self._awaited.get(identity)
-        exchange = awaited.get(header.seq) if awaited is not None else None
+        exchange = awaited.get(seq) if awaited is not None else None
         if exchange is None:
             try:
                 self._handle_other(identity, header, arrival)
@@ -617,7 +631,9 @@ class SlotServer:
             arrival.source.consume()  # not if an interrupt stopped it: then it is handled again
             return
         client = exchange.pending.pop(identity, None)
-        self._unawait(identity, header.seq)
+        del awaited[seq]
+        if not awaited:
+            del self._awaited[identity]
         arrival.source.consume()
         message = arrival.message
         if client is None:  # handed out again after an interrupt cut its first handling short: it does not land
@@ -714,13 +730,14 @@ class SlotServer:
             owners = [owner for owner, by_seq in self._awaited.items() if seq in by_seq]
             if len(owners) == 1 and len(self._awaited[owners[0]][seq].pending) == 1:
                 identity = owners[0]
-        if identity is not None:
-            owed = self._owed.get(identity)
-            if cut.header is None:
-                seq = owed.popleft() if owed else None
-            elif seq is not None:
-                self._settle_owed(identity, seq)
         awaited = self._awaited.get(identity, {}) if identity is not None else {}
+        if identity is not None:
+            if cut.header is None:
+                links = self._links.get(identity)
+                on_route = links is not None and links.data is links.route  # (else its replies come whole)
+                seq = min([*self._late.get(identity, ()), *awaited], default=None) if on_route else None
+            if seq is not None:
+                self._settle_late(identity, seq)
         if seq in awaited:
             exchange = awaited[seq]
             exchange.pending.pop(identity, None)
@@ -868,7 +885,7 @@ class SlotServer:
         """Forget the links of ``identity`` (a member's, or the channel a client in line offered) and close
         its data channel."""
         self._connections.pop(identity, None)
-        self._owed.pop(identity, None)
+        self._late.pop(identity, None)
         channels = [self._offered.pop(identity, None), self.mux.remove(identity)]
         self._links.pop(identity, None)
         for channel in channels:
@@ -943,24 +960,14 @@ class SlotServer:
             f"{what} failed in {where}: {report.get('type')}: {report.get('message')}", report, slot
         )
 
-    def _owe(self, identity: bytes, seq: int) -> None:
-        """Note a command ``seq`` sent to ``identity``, if its reply comes on the member's route (where an interrupt
-        can cut off a message's header; a data channel reads whole records)."""
-        links = self._links.get(identity)
-        if links is not None and links.data is links.route:
-            owed = self._owed.get(identity)
-            if owed is None:
-                owed = self._owed[identity] = deque()
-            owed.append(seq)
-
-    def _settle_owed(self, identity: bytes, seq: int) -> None:
-        """The reply to ``seq`` came: no reply to it or to an older command is owed any more."""
-        owed = self._owed.get(identity)
-        if owed is not None:
-            while owed and owed[0] <= seq:
-                owed.popleft()
-            if not owed:
-                del self._owed[identity]
+    def _settle_late(self, identity: bytes, seq: int) -> None:
+        """The reply to ``seq`` came (or was cut short): no reply to it or to an older command is owed any more."""
+        late = self._late.get(identity)
+        if late is not None:
+            while late and late[0] <= seq:
+                late.popleft()
+            if not late:
+                del self._late[identity]
 
     def _unawait(self, identity: bytes, seq: int) -> None:
         awaited = self._awaited.get(identity)

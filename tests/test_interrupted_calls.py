@@ -305,32 +305,41 @@ def test_a_reply_that_lost_its_header_to_an_interrupt_is_not_taken_for_the_next_
         envs.close()
 
 
-class _InterruptAfterTakingARoutingId:
-    """The router socket's ``recv``, raising KeyboardInterrupt right after it took the routing id frame of a
-    member's message once armed (as pyzmq does when a signal comes while it receives): that frame is gone, and
-    the message's header waits in the socket without a word of who sent it."""
+class _InterruptAfterTaking:
+    """The router socket's ``recv``, raising KeyboardInterrupt right after it took a frame ``which(frame)`` picks
+    once armed (as pyzmq does when a signal comes while it receives): that frame is gone, and the rest of its
+    message waits in the socket."""
 
-    def __init__(self, recv, identities):
-        self.recv, self.identities, self.armed, self.fired = recv, identities, False, False
+    def __init__(self, recv, which):
+        self.recv, self.which, self.armed, self.fired = recv, which, False, False
 
     def __call__(self, *args, **kwargs):
         frame = self.recv(*args, **kwargs)
-        if self.armed and frame in self.identities:
+        if self.armed and self.which(frame):
             self.armed, self.fired = False, True
             raise KeyboardInterrupt
         return frame
 
 
-def test_a_reply_whose_routing_id_an_interrupt_took_leaves_its_slot_idle():
+def _is_result_header(frame: bytes) -> bool:
+    return frame[:2] == protocol.MAGIC and protocol.parse_header(frame).kind == Kind.RESULT
+
+
+@pytest.mark.parametrize("taken", ["routing id", "header"])
+def test_a_reply_whose_frame_an_interrupt_took_leaves_its_slot_idle(taken):
     """Partial batches over ZeroMQ, a command to each of two members: recv() interrupted right after the
-    learner took the routing id of a reply. The next recv() finds that reply cut short and drops it; its slot
-    goes idle at once, as the README says, rather than staying in flight until that recv() times out (it
-    waited for the reply that will not come); the next commands get their replies."""
+    learner took the routing id of a reply (the header that waits names no sender), or its header (the reply
+    names no command: it is taken for the oldest its sender owes, as a client answers in order). The next
+    recv() finds that reply cut short and drops it; its slot goes idle at once, as the README says, rather than
+    staying in flight until that recv() times out (it waited for the reply that will not come); the next
+    commands get their replies."""
     envs = RemoteVectorEnv([Counter] * 2, num_clients=2, batch_size=2, timeout=30, data_plane=False)
     try:
         _reset_every_slot(envs)
         socket = envs._server.router.socket
-        recv = socket.recv = _InterruptAfterTakingARoutingId(socket.recv, set(envs._server.members.clients))
+        members = set(envs._server.members.clients)
+        which = members.__contains__ if taken == "routing id" else _is_result_header
+        recv = socket.recv = _InterruptAfterTaking(socket.recv, which)
         envs.send(np.array([0, 0]), np.array([0, 1]))
         recv.armed = True
         with pytest.raises(KeyboardInterrupt):

@@ -93,6 +93,28 @@ def test_clients_take_consecutive_free_slots_in_join_order():
     assert members.clients == {b"a": first, b"b": second}
 
 
+def test_every_slot_answers_follow_joins_and_losses():
+    """What every step asks (the clients of all slots, the empty ones) is worked out once per change of the
+    slots: each join, loss and clear changes the answer, and a list handed out is the caller's own."""
+    members = members_of(4)
+    every = list(range(4))
+    assert members.clients_of(every) == [] and members.empty_slots() == [0, 1, 2, 3]
+    first = join(members, b"a", make_hello(2, name="a"))
+    assert members.clients_of(every) == [first] and members.empty_slots() == [2, 3]
+    second = join(members, b"b", make_hello(2, name="b"))
+    handed_out = members.clients_of(every)
+    assert handed_out == [first, second] and members.empty_slots() == []
+    handed_out.clear()
+    assert members.clients_of(every) == [first, second]
+    members.lose(b"a")
+    assert members.clients_of(every) == [second] and members.empty_slots() == [0, 1]
+    assert members.clients_of([3, 2]) == [second] and members.empty_slots([1, 3]) == [1]
+    third = join(members, b"c", make_hello(2, name="c"))
+    assert members.clients_of(every) == [third, second] and members.empty_slots() == []
+    members.clear()
+    assert members.clients_of(every) == [] and members.empty_slots() == [0, 1, 2, 3]
+
+
 def test_an_admitted_client_serves_nothing_until_it_joins():
     members = members_of(2)
     client = admit(members, b"a", make_hello(2))

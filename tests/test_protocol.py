@@ -33,6 +33,7 @@ from gym_remote.protocol import (
     pack_step_header,
     parse_header,
     parse_index_frame,
+    parse_one_result,
     parse_result_scalars,
     read_value,
     value_frames,
@@ -281,6 +282,35 @@ def test_property_result_frame_roundtrip(rows, seq, flags):
     assert rewards.tobytes() == np.array([row[0] for row in rows], "<f8").tobytes()
     assert terminated.tolist() == [row[1] for row in rows]
     assert truncated.tolist() == [row[2] for row in rows]
+
+
+@PROPERTY
+@given(st.floats(), st.booleans(), st.booleans(), U64)
+def test_property_one_env_result_parses_as_the_arrays_do(reward, terminated, truncated, seq):
+    result = ResultFrame(1)
+    result.rewards[0], result.terminated[0], result.truncated[0] = reward, terminated, truncated
+    for frame in (bytes(result.pack(seq, 0)), memoryview(bytes(result.pack(seq, 0)))):
+        one = parse_one_result(frame)
+        rewards, terms, truncs = parse_result_scalars(frame, 1)
+        assert type(one[0]) is float and type(one[1]) is bool and type(one[2]) is bool
+        assert np.array([one[0]], "<f8").tobytes() == rewards.tobytes()
+        assert (one[1], one[2]) == (terms[0], truncs[0]) == (terminated, truncated)
+
+
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        (lambda frame: frame + b"\x00", "header frame of 27 bytes, expected 26 for 1 envs"),
+        (lambda frame: frame[:-1], "header frame of 25 bytes, expected 26 for 1 envs"),
+        (lambda frame: frame[:-2] + b"\x02\x00", "terminated/truncated bytes must be 0 or 1"),
+        (lambda frame: frame[:-1] + b"\xff", "terminated/truncated bytes must be 0 or 1"),
+    ],
+)
+def test_one_env_result_refuses_what_the_arrays_refuse(change, error):
+    frame = change(bytes(ResultFrame(1).pack(3, 0)))
+    for parse in (parse_one_result, lambda frame: parse_result_scalars(frame, 1)):
+        with pytest.raises(ProtocolError, match=error):
+            parse(frame)
 
 
 @PROPERTY

@@ -43,7 +43,7 @@ __all__ = [
     "Message",
     "Peer",
     "StallWatch",
-    "check_frames_into",
+    "frame_size_error",
 ]
 
 MAX_FRAMES = 65_536
@@ -114,7 +114,8 @@ class FrameList:
             self.position = len(frames)
             raise ProtocolError(f"{what}: the message ended before all its array frames")
         for target, frame in zip(targets, frames[position:], strict=False):
-            check_frames_into(frame.nbytes, target.nbytes, what)
+            if frame.nbytes != target.nbytes:
+                raise frame_size_error(frame.nbytes, target.nbytes, what)
             memoryview(target).cast("B")[:] = frame
         self.position = position + len(targets)
 
@@ -127,10 +128,9 @@ class FrameList:
         self.position = len(self.frames)
 
 
-def check_frames_into(received: int, expected: int, what: str) -> None:
-    """Refuse an array frame of ``received`` bytes for a target of ``expected`` bytes."""
-    if received != expected:
-        raise ProtocolError(f"{what}: an array frame of {received} bytes, expected {expected}")
+def frame_size_error(received: int, expected: int, what: str) -> ProtocolError:
+    """The error for an array frame of ``received`` bytes for a target of ``expected`` bytes."""
+    return ProtocolError(f"{what}: an array frame of {received} bytes, expected {expected}")
 
 
 # -- what a wait on links yields ------------------------------------------------------------------------

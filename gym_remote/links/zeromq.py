@@ -35,7 +35,7 @@ from gym_remote.security import ClientSecurity, ServerSecurity
 if TYPE_CHECKING:
     from gym_remote.links.gate import Gatekeeper
 from gym_remote.links import fork
-from gym_remote.links.base import MAX_FRAMES, Arrival, CutShort, LinkBroken, Peer, StallWatch, check_frames_into
+from gym_remote.links.base import MAX_FRAMES, Arrival, CutShort, LinkBroken, Peer, StallWatch, frame_size_error
 
 __all__ = [
     "Dealer",
@@ -146,15 +146,15 @@ def terminate(context: zmq.Context, timeout: float = TERMINATE_SECONDS) -> bool:
 
 def send_frames(sock: zmq.Socket, frames: Sequence[Any]) -> None:
     """Send ``frames`` as one multipart message on ``sock`` (blocking as the socket's options say)."""
-    _send_frames(sock.send, frames, 0)
+    _send_frames(sock, frames, 0)
 
 
-def _send_frames(send: Callable[..., Any], frames: Sequence[Any], first: int, flags: int = 0) -> None:
+def _send_frames(sock: zmq.Socket, frames: Sequence[Any], first: int, flags: int = 0) -> None:
     """Send ``frames[first:]`` as the end of a multipart message (large arrays without copying)."""
     last = len(frames) - 1
     for position in range(first, len(frames)):
         frame = frames[position]
-        send(frame, flags | (SNDMORE if position < last else 0), copy=_copy(frame))
+        _queue(sock, frame, flags | (SNDMORE if position < last else 0), _copy(frame))
 
 
 class _ReceiveTimeout:
@@ -216,7 +216,9 @@ class _Cursor:
             if self.ended or not get(RCVMORE):
                 self.ended = True
                 raise ProtocolError(f"{what}: the message ended before all its array frames")
-            check_frames_into(receive(target), target.nbytes, what)
+            received = receive(target)
+            if received != target.nbytes:
+                raise frame_size_error(received, target.nbytes, what)
 
     def rest(self) -> list[bytes]:
         if self.read is _TOO_LONG:
@@ -346,9 +348,13 @@ class Router:
         wait on several links takes a look, a ``poll()`` and a look again. ``spin``: first busy-check for a
         message for that many seconds.
         """
-        event = self._resume()
-        if event is not None:
-            return event
+        state = self._state
+        if state == _Reading.FINISHING and self._cursor.ended:  # (the usual case: the last message was read whole)
+            self._state = _Reading.IDLE
+        elif state != _Reading.IDLE:
+            event = self._resume()
+            if event is not None:
+                return event
         self._quiet = False  # (its looks process the socket's commands, and an interrupt may cut one short)
         if spin > 0:
             clock, until, events = time.perf_counter, time.perf_counter() + spin, self.socket.get
@@ -751,13 +757,14 @@ class Dealer:
         return True
 
     def _send_now(self, frames: Sequence[Any]) -> bool:
+        sock, first = self.socket, frames[0]
         self._sending = True
         try:
-            self.socket.send(frames[0], NOBLOCK | (SNDMORE if len(frames) > 1 else 0), copy=_copy(frames[0]))
+            _queue(sock, first, NOBLOCK | (SNDMORE if len(frames) > 1 else 0), _copy(first))
         except zmq.Again:
             self._sending = False
             return False
-        _send_frames(self.socket.send, frames, 1)
+        _send_frames(sock, frames, 1)
         self._sending = False
         return True
 
