@@ -428,8 +428,7 @@ class SlotServer:
     def abandon(self, exchange: Exchange) -> None:
         """Stop awaiting the replies ``exchange`` still lacks: when they come, they are dropped as late."""
         for identity in exchange.pending:
-            links = self._links.get(identity)
-            if links is not None and links.data is links.route:  # (a data channel reads whole records)
+            if self._replies_on_route(identity):
                 late = self._late.get(identity)
                 if late is None:
                     late = self._late[identity] = deque()
@@ -631,9 +630,7 @@ class SlotServer:
             arrival.source.consume()  # not if an interrupt stopped it: then it is handled again
             return
         client = exchange.pending.pop(identity, None)
-        del awaited[seq]
-        if not awaited:
-            del self._awaited[identity]
+        self._unawait(identity, seq)
         arrival.source.consume()
         message = arrival.message
         if client is None:  # handed out again after an interrupt cut its first handling short: it does not land
@@ -733,8 +730,7 @@ class SlotServer:
         awaited = self._awaited.get(identity, {}) if identity is not None else {}
         if identity is not None:
             if cut.header is None:
-                links = self._links.get(identity)
-                on_route = links is not None and links.data is links.route  # (else its replies come whole)
+                on_route = self._replies_on_route(identity)
                 seq = min([*self._late.get(identity, ()), *awaited], default=None) if on_route else None
             if seq is not None:
                 self._settle_late(identity, seq)
@@ -959,6 +955,12 @@ class SlotServer:
         return remote_env_error(
             f"{what} failed in {where}: {report.get('type')}: {report.get('message')}", report, slot
         )
+
+    def _replies_on_route(self, identity: bytes) -> bool:
+        """Whether the member's replies come on its ZeroMQ route, where an interrupt can cut off a message's header
+        (a data channel reads whole records)."""
+        links = self._links.get(identity)
+        return links is not None and links.data is links.route
 
     def _settle_late(self, identity: bytes, seq: int) -> None:
         """The reply to ``seq`` came (or was cut short): no reply to it or to an older command is owed any more."""
