@@ -40,6 +40,9 @@ HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent
 REFERENCES = ("SyncVectorEnv", "AsyncVectorEnv", "plain workers", "raw ")
 """Label prefixes of the rows that run none of gym_remote's code."""
+PEERS = ("PufferLib", "EnvPool")
+"""Label prefixes of the other libraries' rows: none of gym_remote's code either, but too erratic to measure the
+noise by (PufferLib's workers busy-wait), so they are shown and neither judged nor taken for references."""
 
 
 def checkout(ref: str, directory: Path) -> Path:
@@ -148,7 +151,12 @@ def main() -> None:
     noise = [entry["head/base"] for entry in table if is_reference(entry["row"])]
     floor = min(noise, default=math.nan)  # no reference rows: no verdicts
     for entry in table:
-        entry["verdict"] = "reference" if is_reference(entry["row"]) else "slower" if entry["head/base"] < floor else ""
+        if entry["row"].startswith(PEERS):
+            entry["verdict"] = "peer"
+        elif is_reference(entry["row"]):
+            entry["verdict"] = "reference"
+        else:
+            entry["verdict"] = "slower" if entry["head/base"] < floor else ""
     print(f"\nrate / geometric mean of the case's reference rows, {described}")
     print(f"(base = {names['base']}, head = {names['head']})")
     print(f"{'case':9s} {'row':52s} {'base':>8s} {'head':>8s} {'head/base':>10s}")
@@ -158,10 +166,11 @@ def main() -> None:
             f"{entry['head/base']:10.3f}  {entry['verdict']}"
         )
     slower = [entry for entry in table if entry["verdict"] == "slower"]
+    judged = [entry for entry in table if entry["verdict"] in ("", "slower")]
     ceiling = max(noise, default=math.nan)
     print(
         f"\nreference rows (the same code on both sides): head/base from {floor:.3f} to {ceiling:.3f};"
-        f" rows below {floor:.3f}: {len(slower)} of {len(table) - len(noise)}"
+        f" rows below {floor:.3f}: {len(slower)} of {len(judged)}"
     )
     args.output.mkdir(parents=True, exist_ok=True)
     path = args.output / "compare.json"

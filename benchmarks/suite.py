@@ -29,6 +29,7 @@ import cpp_clients
 import gymnasium as gym
 import numpy as np
 import partial_batches as partial_case
+import peers
 import raw_transports
 import zmq
 from common import interleaved_medians, lock_step_rate
@@ -108,15 +109,18 @@ def compare(
     repeats: int,
     message_bytes: tuple[int, int] | None = None,
     references: dict[str, Callable[[], gym.vector.VectorEnv]] | None = None,
+    envpool_id: str | None = None,
 ) -> Case:
     """Every vector env of :func:`vector_envs` stepping ``make_env``'s env, and the vector envs of
-    ``references``, measured the same way. With ``message_bytes`` (observation and action bytes per
-    env), also the raw ZeroMQ echo of those messages with one client: the transport alone, what a
-    RemoteVectorEnv over ZeroMQ without any cost of its own would add to the envs' steps."""
+    ``references``, measured the same way, and the peers of :func:`peer_rows`. With ``message_bytes``
+    (observation and action bytes per env), also the raw ZeroMQ echo of those messages with one client:
+    the transport alone, what a RemoteVectorEnv over ZeroMQ without any cost of its own would add to the
+    envs' steps."""
     case = Case(name, title, "env-steps/s", "AsyncVectorEnv")
     measure = lock_step_rate(steps, max(20, steps // 10))
     makers = {**vector_envs(make_env, num_envs), **(references or {})}
     cases = {label: (make, measure) for label, make in makers.items()}
+    cases |= peer_rows(make_env, num_envs, steps, envpool_id)
     with tempfile.TemporaryDirectory(prefix="gym-remote-echo-") as workdir:
         if message_bytes is not None:
             cases[ECHO] = echo_case(1, num_envs, message_bytes, steps, f"ipc://{workdir}/echo", default_spin(1))
@@ -164,6 +168,41 @@ def cpp_rows(env: str, spaces: tuple[gym.Space, gym.Space], num_envs: int) -> di
         )
         for (transport, layout), clients in layouts.items()
     }
+
+
+def peer_rows(
+    make_env: Callable[[], gym.Env], num_envs: int, steps: int, envpool_id: str | None = None
+) -> dict[str, tuple[Callable[[], Any], Callable[[Any], float]]]:
+    """PufferLib stepping ``make_env``'s env (``Serial``; ``Multiprocessing`` with 1 worker and one per
+    core), and EnvPool's own C++ version of the env ``envpool_id`` (1 thread), where they are installed
+    (:mod:`peers`; a missing one is reported once and left out).
+
+    PufferLib's workers busy-wait, and so does its learner: with as many workers as cores they take turns
+    at the cores (a hundred times slower), so that row runs a tenth of the steps."""
+    rows: dict[str, tuple[Callable[[], Any], Callable[[Any], float]]] = {}
+    measure = lock_step_rate(steps, max(20, steps // 10))
+    if _peer_available("pufferlib"):
+        workers = min(CORES, num_envs)
+        rows["PufferLib Serial"] = (lambda: peers.PufferLibVector(make_env, num_envs), measure)
+        rows["PufferLib Multiprocessing, 1 worker"] = (lambda: peers.PufferLibVector(make_env, num_envs, 1), measure)
+        rows[f"PufferLib Multiprocessing, {workers} workers (1/core)"] = (
+            lambda: peers.PufferLibVector(make_env, num_envs, workers),
+            lock_step_rate(max(20, steps // 10), 10),
+        )
+    if envpool_id is not None and _peer_available("envpool"):
+        rows["EnvPool (C++ env), 1 thread"] = (lambda: peers.EnvPoolVector(envpool_id, num_envs), measure)
+    return rows
+
+
+_REPORTED: set[str] = set()
+
+
+def _peer_available(library: str) -> bool:
+    reason = peers.missing(library)
+    if reason is not None and library not in _REPORTED:
+        _REPORTED.add(library)
+        print(f"No {library} rows: {reason}")
+    return reason is None
 
 
 def pipe_workers_label(workers: int) -> str:
@@ -346,10 +385,8 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
         found.append({"target": name, "value": round(value, 3), "goal": target, "met": met, "detail": detail})
 
     for key, against, goal, text in (
-        ("cartpole", "AsyncVectorEnv", 4.0, "CartPole, 8 envs: best local Remote layout / AsyncVectorEnv"),
-        ("cartpole", "SyncVectorEnv", 0.8, "CartPole, 8 envs: best local Remote layout / SyncVectorEnv"),
-        ("busy", "SyncVectorEnv", 1.6, "1 ms env, 8 envs: best Remote layout / SyncVectorEnv"),
-        ("frames", "AsyncVectorEnv", 3.0, "Atari-sized frames, 8 envs: best Remote layout / AsyncVectorEnv"),
+        ("cartpole", "SyncVectorEnv", 1.0, "CartPole, 8 envs: best local Remote layout / SyncVectorEnv"),
+        ("frames", "AsyncVectorEnv", 10.0, "Atari-sized frames, 8 envs: best Remote layout / AsyncVectorEnv"),
     ):
         if key in cases:
             medians = cases[key].medians
@@ -361,6 +398,11 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
             add(text, value / medians[against], goal, detail)
     for key, text in (("cartpole", "CartPole, 8 envs"), ("frames", "Atari-sized frames, 8 envs")):
         medians = cases[key].medians if key in cases else {}
+        if any(label.startswith("PufferLib") for label in medians):
+            remote, remote_rate = best(cases[key], "Remote")
+            puffer, puffer_rate = best(cases[key], "PufferLib")
+            detail = f"{remote}; {puffer}"
+            add(f"{text}: best Remote layout / PufferLib's best row", remote_rate / puffer_rate, 1.0, detail)
         if any(label.startswith("Remote uds") for label in medians):  # informative: the data plane's gain
             uds, uds_rate = best(cases[key], "Remote uds")
             zmq_label, zmq_rate = best(cases[key], "Remote ipc", "Remote tcp")
@@ -371,6 +413,7 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
         layout = f"Remote uds, {min(CORES, 8)} clients (1/core)"
         if layout not in busy:  # no data plane here: the ZeroMQ layout
             layout = layout.replace("uds", "ipc", 1)
+        add(f"1 ms env, 8 envs: {layout} / SyncVectorEnv", busy[layout] / busy["SyncVectorEnv"], 1.6, layout)
         add(
             f"1 ms env, {min(CORES, 8)} clients: {layout} / plain workers over pipes",
             busy[layout] / busy[workers],
@@ -511,6 +554,7 @@ def main() -> None:
             repeats,
             (16, 8),
             references=cpp_rows("cartpole", (reference.observation_space, reference.action_space), 8),
+            envpool_id="CartPole-v1",
         ),
         "busy": lambda: compare(
             "busy",

@@ -57,7 +57,7 @@ from gym_remote.membership import (
 )
 from gym_remote.protocol import FLAG_VALUE, Kind, kind_name
 from gym_remote.security import DEFAULT_HANDSHAKE_RATE, DEFAULT_MAX_MESSAGE_BYTES, ServerSecurity
-from gym_remote.spin import SpinGate
+from gym_remote.spin import OtherThreads, SpinGate
 
 if TYPE_CHECKING:
     from gym_remote.launch import Launcher
@@ -204,6 +204,7 @@ class SlotServer:
         data_plane: bool = True,
     ) -> None:
         self._spin = SpinGate(spin)
+        self._other_threads = OtherThreads()  # a trainer thread next to the learner leaves no core for a spin
         self.num_envs = num_envs
         self.autoreset_mode = autoreset_mode
         self.liveness_timeout = liveness_timeout
@@ -569,12 +570,17 @@ class SlotServer:
         self._checks()
 
     def _checks(self) -> None:
-        """At most every ``POLL_SECONDS``: poll the launcher, and look at every member whose reply is awaited,
-        all in one pass: probe those not heard from lately, lose those whose connection takes no bytes."""
+        """At most every ``POLL_SECONDS``: tell the spin how busy the process's other threads were, poll the
+        launcher, and look at every member whose reply is awaited, all in one pass: probe those not heard from
+        lately, lose those whose connection takes no bytes."""
         now = time.monotonic()
         if now - self._last_checks < POLL_SECONDS:
             return
         self._last_checks = now
+        if self._spin.spin:
+            share = self._other_threads.share()
+            if share is not None:
+                self._spin.crowded(share)
         if self.launcher is not None:
             for index, code in self.launcher.poll():
                 for client in [client for client in self.members.clients.values() if client.launch_index == index]:

@@ -108,7 +108,8 @@ class RemoteVectorEnv(VectorEnv):
             have lately come that fast; ``0`` never spins. Cheap envs answer in less time than it takes
             to wake a sleeping thread, so spinning speeds them up, at the cost of a busy core while
             waiting. Default: 400 µs, unless the local clients leave no core free for the spin (then 0).
-            Slow envs are waited for asleep, whatever this says. Over the data plane the local clients
+            Slow envs are waited for asleep, whatever this says, and so are all envs while other threads of
+            this process (a trainer) keep half a core or more busy. Over the data plane the local clients
             then spin too, for 200 µs, waiting for the next step (see :class:`~gym_remote.EnvClient`).
         data_plane: carry the commands and results of clients on this machine (the local clients,
             and ``gym-remote client`` on this host) over Unix sockets instead of ZeroMQ, which is

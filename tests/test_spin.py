@@ -8,7 +8,9 @@ the client follows too) is tested without sockets first.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import threading
 import time
 from contextlib import closing
 
@@ -17,7 +19,7 @@ import pytest
 
 from gym_remote import RemoteVectorEnv
 from gym_remote.server import DEFAULT_SPIN_SECONDS
-from gym_remote.spin import SpinGate
+from gym_remote.spin import CROWDED_SHARE, OtherThreads, SpinGate
 from tests.envs.partial import make_timed
 
 pytestmark = pytest.mark.timeout(60)
@@ -57,6 +59,61 @@ def test_a_gate_of_zero_never_spins():
     assert gate.now() == 0.0
 
 
+def test_a_gate_in_a_crowded_process_sleeps_until_the_other_threads_calm_down():
+    gate = _gate_after([40e-6] * 50)
+    gate.crowded(0.9)
+    assert gate.now() == 0.0
+    gate.waited(40e-6)
+    assert gate.now() == 0.0  # however fast the replies
+    gate.crowded(CROWDED_SHARE / 2)
+    assert gate.now() == SPIN
+
+
+class _Burner:
+    """A thread of this process that keeps a core busy outside the GIL (hashing), as a trainer's math does."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._burn, daemon=True)
+
+    def _burn(self) -> None:
+        data = bytes(1 << 20)
+        while not self._stop.is_set():
+            hashlib.sha256(data).digest()
+
+    def __enter__(self) -> _Burner:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        assert not self._thread.is_alive()
+
+
+def test_other_threads_count_what_the_process_burns_outside_the_calling_thread():
+    others = OtherThreads()
+    time.sleep(0.3)
+    assert others.share() < 0.2  # (nothing of this process runs; the look itself reads the clocks)
+    with _Burner():
+        others.share()
+        time.sleep(0.4)
+        assert others.share() > CROWDED_SHARE
+    busy_until = time.perf_counter() + 0.3
+    while time.perf_counter() < busy_until:  # the calling thread's own CPU time is not counted
+        pass
+    assert others.share() < 0.2
+
+
+def test_other_threads_start_over_in_another_thread():
+    others = OtherThreads()
+    answers = []
+    thread = threading.Thread(target=lambda: answers.append(others.share()))
+    thread.start()
+    thread.join(10)
+    assert answers == [None]
+
+
 def _busy_share(envs: RemoteVectorEnv, steps: int) -> float:
     """The share of the wall time of ``steps`` steps that the learner thread spent on the CPU."""
     envs.reset(seed=0)
@@ -82,6 +139,16 @@ def test_replies_slower_than_the_spin_are_waited_for_asleep():
     # a spin of 5 ms at every 25 ms step would keep the thread busy 20% of the time
     with closing(_timed_envs(0.025, spin=0.005)) as envs:
         assert _busy_share(envs, 20) < 0.08
+
+
+def test_a_learner_next_to_a_busy_thread_waits_asleep():
+    # a trainer thread keeps a core busy: a spinning wait would take the core the client needs
+    with closing(_timed_envs(0.002, spin=0.02)) as envs, _Burner():
+        envs.reset(seed=0)
+        settle_until = time.perf_counter() + 0.8  # the other threads' share is looked at every quarter second
+        while time.perf_counter() < settle_until:
+            envs.step(envs.action_space.sample())
+        assert _busy_share(envs, 30) < 0.3
 
 
 def test_spin_zero_never_spins():

@@ -357,10 +357,18 @@ class Router:
                 return event
         self._quiet = False  # (its looks process the socket's commands, and an interrupt may cut one short)
         if spin > 0:
-            clock, until, events = time.perf_counter, time.perf_counter() + spin, self.socket.get
+            # each look yields the core and the GIL (pyzmq's look holds it): the process's other threads, a trainer,
+            # are not starved while the learner spins
+            clock, until, events, yield_core = (
+                time.perf_counter,
+                time.perf_counter() + spin,
+                self.socket.get,
+                os.sched_yield,
+            )
             while clock() < until:
                 if events(_EVENTS) & _POLLIN:
                     return self._take(NOBLOCK)
+                yield_core()
         if timeout <= 0:
             return None
         self._receive_timeout.set(timeout)
