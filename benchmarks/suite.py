@@ -175,13 +175,13 @@ def peer_rows(
 ) -> dict[str, tuple[Callable[[], Any], Callable[[Any], float]]]:
     """PufferLib stepping ``make_env``'s env (``Serial``; ``Multiprocessing`` with 1 worker and one per
     core), and EnvPool's own C++ version of the env ``envpool_id`` (1 thread), where they are installed
-    (:mod:`peers`; a missing one is reported once and left out).
+    (:mod:`peers`; :func:`main` says why a missing one is left out).
 
     PufferLib's workers busy-wait, and so does its learner: with as many workers as cores they take turns
     at the cores (a hundred times slower), so that row runs a tenth of the steps."""
     rows: dict[str, tuple[Callable[[], Any], Callable[[Any], float]]] = {}
     measure = lock_step_rate(steps, max(20, steps // 10))
-    if _peer_available("pufferlib"):
+    if peers.missing("pufferlib") is None:
         workers = min(CORES, num_envs)
         rows["PufferLib Serial"] = (lambda: peers.PufferLibVector(make_env, num_envs), measure)
         rows["PufferLib Multiprocessing, 1 worker"] = (lambda: peers.PufferLibVector(make_env, num_envs, 1), measure)
@@ -189,20 +189,9 @@ def peer_rows(
             lambda: peers.PufferLibVector(make_env, num_envs, workers),
             lock_step_rate(max(20, steps // 10), 10),
         )
-    if envpool_id is not None and _peer_available("envpool"):
+    if envpool_id is not None and peers.missing("envpool") is None:
         rows["EnvPool (C++ env), 1 thread"] = (lambda: peers.EnvPoolVector(envpool_id, num_envs), measure)
     return rows
-
-
-_REPORTED: set[str] = set()
-
-
-def _peer_available(library: str) -> bool:
-    reason = peers.missing(library)
-    if reason is not None and library not in _REPORTED:
-        _REPORTED.add(library)
-        print(f"No {library} rows: {reason}")
-    return reason is None
 
 
 def pipe_workers_label(workers: int) -> str:
@@ -542,6 +531,11 @@ def main() -> None:
     sizes = [1, 8, 64] if args.quick else [1, 2, 4, 8, 16, 32, 64]
     if not cpp_clients.available():
         print(f"No C++ client built in {cpp_clients.BUILD} (see benchmarks/cpp_clients.py): no C++ client rows.")
+    if {"cartpole", "busy", "frames"} & set(chosen):
+        for library in ("pufferlib", "envpool"):
+            reason = peers.missing(library)
+            if reason is not None:
+                print(f"No {library} rows: {reason}")
     cartpole, busy, frames = "CartPole-v1, 8 envs", "An env whose step burns 1 ms of CPU, 8 envs", "Atari-sized frames"
     reference = gym.make("CartPole-v1")
     runners: dict[str, Callable[[], Case]] = {

@@ -359,12 +359,8 @@ class Router:
         if spin > 0:
             # each look yields the core and the GIL (pyzmq's look holds it): the process's other threads, a trainer,
             # are not starved while the learner spins
-            clock, until, events, yield_core = (
-                time.perf_counter,
-                time.perf_counter() + spin,
-                self.socket.get,
-                os.sched_yield,
-            )
+            clock, events, yield_core = time.perf_counter, self.socket.get, os.sched_yield
+            until = clock() + spin
             while clock() < until:
                 if events(_EVENTS) & _POLLIN:
                     return self._take(NOBLOCK)
