@@ -338,9 +338,10 @@ class EnvClient:
             same-host data plane, if the server offers one) instead of ZeroMQ. Default: on (Linux),
             unless the environment variable ``GYM_REMOTE_DATA_PLANE`` is ``off``.
         spin: over the data plane, seconds to busy-check for the next command after answering one,
-            while commands have lately come within that time (0: never; yielding the core to any other
-            runnable thread meanwhile). It saves a wake-up per step, but takes a core: the local clients
-            of a RemoteVectorEnv spin (:data:`DEFAULT_SPIN_SECONDS`) only when its learner does.
+            while commands have lately come within that time and the learner's process has a core to
+            spare (its commands say when it has not) (0: never; yielding the core to any other runnable
+            thread meanwhile). It saves a wake-up per step, but takes a core: the local clients of a
+            RemoteVectorEnv spin (:data:`DEFAULT_SPIN_SECONDS`) only when its learner does.
 
     Raises:
         ValueError: ``address`` is not a ZeroMQ endpoint (e.g. it lacks its scheme: ``localhost:5555``).
@@ -798,6 +799,7 @@ class EnvClient:
             header = None
             try:
                 header = protocol.parse_header(frame)
+                self._spin.crowded = bool(header.flags & protocol.FLAG_CROWDED)  # (the learner's hint)
                 outcome = self._handle(hosted, header, frame, message)
                 if outcome is not None:
                     return outcome

@@ -31,6 +31,7 @@ __all__ = [
     "FLAG_VALUE",
     "FLAG_DTYPES",
     "FLAG_SUBSET",
+    "FLAG_CROWDED",
     "WRAPPERS_QUERY",
     "NO_OPTIONS",
     "HAS_ATTR_QUERY",
@@ -40,6 +41,7 @@ __all__ = [
     "parse_step_dtypes",
     "Header",
     "pack_header",
+    "add_flags",
     "parse_header",
     "ResultFrame",
     "parse_result_scalars",
@@ -65,6 +67,10 @@ FLAG_DTYPES = 0x2
 
 FLAG_SUBSET = 0x4
 """A command for some of the client's envs: frame 1 lists their indexes; the reply covers only those."""
+
+FLAG_CROWDED = 0x8
+"""Commands only, a hint: the server's process has no core to spare for a busy wait (its other threads keep
+one busy), so a client should not spin waiting for its next command while commands carry it."""
 
 WRAPPERS_QUERY = "gym_remote:wrappers"
 """A CALL ``name`` no attribute can have: it asks for the classes of each env's wrappers (PROTOCOL.md §5.3)."""
@@ -121,6 +127,17 @@ class Header(NamedTuple):
 def pack_header(kind: Kind, seq: int = 0, count: int = 0, flags: int = 0) -> bytes:
     """The 16-byte header of a message."""
     return HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, flags, count, seq)
+
+
+_FLAGS = struct.Struct("<H")
+_FLAGS_OFFSET = 4
+
+
+def add_flags(frame: bytes, flags: int) -> bytes:
+    """A copy of the header frame ``frame`` (and what follows its 16 bytes) with ``flags`` set as well."""
+    marked = bytearray(frame)
+    _FLAGS.pack_into(marked, _FLAGS_OFFSET, _FLAGS.unpack_from(marked, _FLAGS_OFFSET)[0] | flags)
+    return bytes(marked)
 
 
 def parse_header(frame: bytes | memoryview) -> Header:

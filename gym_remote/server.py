@@ -390,6 +390,9 @@ class SlotServer:
         seq = self.next_seq()
         exchange = Exchange(seq, reply_kind, sink, what)
         exchange.commands = [(client, build(client, seq)) for client in clients]
+        if self._spin.crowded:  # clients that spin waiting for commands would take the core this process needs
+            for _, frames in exchange.commands:
+                frames[0] = protocol.add_flags(frames[0], protocol.FLAG_CROWDED)
         return exchange
 
     def launch(self, exchange: Exchange) -> None:
@@ -577,10 +580,9 @@ class SlotServer:
         if now - self._last_checks < POLL_SECONDS:
             return
         self._last_checks = now
-        if self._spin.spin:
-            share = self._other_threads.share()
-            if share is not None:
-                self._spin.crowded(share)
+        crowded = self._other_threads.crowded()
+        if crowded is not None:  # (looked at even without a spin of its own: the commands tell clients that spin)
+            self._spin.crowded = crowded
         if self.launcher is not None:
             for index, code in self.launcher.poll():
                 for client in [client for client in self.members.clients.values() if client.launch_index == index]:

@@ -41,10 +41,11 @@ class SpinGate:
     bound one late message turned it off, and the waits that followed, asleep, took a wake-up longer than
     the spin, so it stayed off (measured: half the rate of a 1-client CartPole learner, in some runs).
 
-    A spin also needs a core of its own: while the process's other threads keep at least
-    :data:`CROWDED_SHARE` of a core busy (a trainer thread next to the learner; see :meth:`crowded`), a wait
-    that spins takes the core its peer or those threads need, and the waits sleep. (Measured: CartPole, 1
-    client, a trainer thread in the learner's process: the spin cost 18 % of the rate there.)
+    A spin also needs a core of its own: while the learner's process's other threads keep at least
+    :data:`CROWDED_SHARE` of a core busy (a trainer thread next to the learner; see :attr:`crowded`), a wait
+    that spins, the learner's or its clients', takes the core the other side or those threads need, and the
+    waits sleep. (Measured: CartPole, 1 client, a trainer thread in the learner's process: the learner's spin
+    cost 18 % of the rate there, and its client's spin 23 %.)
     """
 
     def __init__(self, spin: float) -> None:
@@ -52,15 +53,14 @@ class SpinGate:
             raise ValueError(f"spin must be a duration in seconds >= 0, got {spin!r}")
         self.spin = float(spin)
         self._average = 0.0
-        self._crowded = False
+        self.crowded = False
+        """No core to spare for a spin now: waits sleep however fast messages come. A learner's process whose
+        other threads keep :data:`CROWDED_SHARE` of a core busy (:meth:`OtherThreads.crowded`) is crowded, and
+        so is a client whose learner's latest command says so (``FLAG_CROWDED``)."""
 
     def now(self) -> float:
         """How long the next wait spins, in seconds (0: it sleeps at once)."""
-        return self.spin if self._average < self.spin and not self._crowded else 0.0
-
-    def crowded(self, share: float) -> None:
-        """The process's other threads lately kept ``share`` of a core busy (1.0: a whole core)."""
-        self._crowded = share >= CROWDED_SHARE
+        return self.spin if self._average < self.spin and not self.crowded else 0.0
 
     def waited(self, seconds: float) -> None:
         """A message came ``seconds`` after the wait for it began."""
@@ -86,3 +86,9 @@ class OtherThreads:
         if thread != previous[0] or wall <= previous[1]:
             return None
         return max(0.0, (process - previous[2]) - (own - previous[3])) / (wall - previous[1])
+
+    def crowded(self) -> bool | None:
+        """Whether the other threads kept at least :data:`CROWDED_SHARE` of a core busy since the last look
+        (None: as :meth:`share`)."""
+        share = self.share()
+        return None if share is None else share >= CROWDED_SHARE

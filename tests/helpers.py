@@ -246,6 +246,13 @@ def _stat_fields(pid: int | str) -> list[str] | None:
         return None
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` used so far, in seconds (10 ms steps)."""
+    fields = _stat_fields(pid)
+    assert fields is not None, f"no process {pid}"
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pid_alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     fields = _stat_fields(pid)

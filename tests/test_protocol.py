@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from gym_remote import protocol
 from gym_remote.errors import EncodeError, ProtocolError
 from gym_remote.protocol import (
+    FLAG_CROWDED,
     FLAG_DTYPES,
     FLAG_SUBSET,
     FLAG_VALUE,
@@ -25,6 +26,7 @@ from gym_remote.protocol import (
     Header,
     Kind,
     ResultFrame,
+    add_flags,
     format_slots,
     index_frame,
     kind_name,
@@ -120,6 +122,14 @@ def test_pack_header_defaults():
 def test_header_layout_is_little_endian():
     frame = pack_header(Kind.STEP, seq=0x0102030405060708, count=0x0A0B, flags=0x0C0D)
     assert frame == b"GR" + bytes([2, 11]) + bytes([0x0D, 0x0C, 0x0B, 0x0A]) + bytes([8, 7, 6, 5, 4, 3, 2, 1])
+
+
+def test_added_flags_keep_the_header_and_what_follows_it():
+    frame = pack_step_header(7, 3, [np.dtype(np.float64)], subset=True)
+    marked = add_flags(frame, FLAG_CROWDED)
+    assert type(marked) is bytes and marked[HEADER_SIZE:] == frame[HEADER_SIZE:]
+    assert parse_header(marked) == parse_header(frame)._replace(flags=parse_header(frame).flags | FLAG_CROWDED)
+    assert add_flags(marked, FLAG_CROWDED) == marked
 
 
 @PROPERTY

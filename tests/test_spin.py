@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import sys
 import threading
 import time
 from contextlib import closing
@@ -18,9 +19,11 @@ import gymnasium as gym
 import pytest
 
 from gym_remote import RemoteVectorEnv
+from gym_remote.conformance.values import probe_vector
 from gym_remote.server import DEFAULT_SPIN_SECONDS
-from gym_remote.spin import CROWDED_SHARE, OtherThreads, SpinGate
+from gym_remote.spin import OtherThreads, SpinGate
 from tests.envs.partial import make_timed
+from tests.helpers import cpu_seconds
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,13 +62,13 @@ def test_a_gate_of_zero_never_spins():
     assert gate.now() == 0.0
 
 
-def test_a_gate_in_a_crowded_process_sleeps_until_the_other_threads_calm_down():
+def test_a_crowded_gate_sleeps_until_the_crowd_is_gone():
     gate = _gate_after([40e-6] * 50)
-    gate.crowded(0.9)
+    gate.crowded = True
     assert gate.now() == 0.0
     gate.waited(40e-6)
     assert gate.now() == 0.0  # however fast the replies
-    gate.crowded(CROWDED_SHARE / 2)
+    gate.crowded = False
     assert gate.now() == SPIN
 
 
@@ -98,11 +101,13 @@ def test_other_threads_count_what_the_process_burns_outside_the_calling_thread()
     with _Burner():
         others.share()
         time.sleep(0.4)
-        assert others.share() > CROWDED_SHARE
+        assert others.crowded()
     busy_until = time.perf_counter() + 0.3
     while time.perf_counter() < busy_until:  # the calling thread's own CPU time is not counted
         pass
     assert others.share() < 0.2
+    time.sleep(0.3)
+    assert others.crowded() is False
 
 
 def test_other_threads_start_over_in_another_thread():
@@ -149,6 +154,43 @@ def test_a_learner_next_to_a_busy_thread_waits_asleep():
         while time.perf_counter() < settle_until:
             envs.step(envs.action_space.sample())
         assert _busy_share(envs, 30) < 0.3
+
+
+def _client_busy_share(envs: RemoteVectorEnv, pid: int, seconds: float) -> float:
+    """The share of ``seconds`` of steps, each followed by 3 ms of the learner's own work, that the client
+    process ``pid`` spent on the CPU (a client that spins for its next command spins through those 3 ms)."""
+    cpu, wall = cpu_seconds(pid), time.perf_counter()
+    while time.perf_counter() - wall < seconds:
+        envs.step(envs.action_space.sample())
+        time.sleep(0.003)
+    return (cpu_seconds(pid) - cpu) / (time.perf_counter() - wall)
+
+
+@pytest.mark.parametrize("client", ["python", "c++"])
+def test_a_client_spins_only_while_its_learners_process_has_a_core_to_spare(
+    request, reaper, tmp_path, data_plane, client
+):
+    # a trainer thread next to the learner keeps a core busy: the learner's commands say so (FLAG_CROWDED),
+    # and a client spinning for them would take the core the learner needs (measured: 23 % of the rate);
+    # over ZeroMQ a client never spins
+    endpoint = f"ipc://{tmp_path}/learner"
+    if client == "python":
+        command = [sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0"]
+    else:
+        command = [str(request.getfixturevalue("cpp_build") / "gym_remote_probe_client"), endpoint]
+    with closing(probe_vector(endpoint, 1, liveness_timeout=2.0)) as envs:
+        process = reaper.popen([*command, "--num-envs", "1", "--spin", "0.02"])
+        envs.reset(seed=0)
+        assert [row["plane"] for row in envs.stats()] == [data_plane]
+        alone = _client_busy_share(envs, process.pid, 1.0)
+        with _Burner():
+            _client_busy_share(envs, process.pid, 0.8)  # the learner looks at its other threads every 0.25 s
+            crowded = _client_busy_share(envs, process.pid, 1.0)
+        if data_plane == "uds":
+            assert alone > 0.5, f"the client spun {alone:.0%} of the time next to an idle learner"
+        else:
+            assert alone < 0.25, f"the client spun {alone:.0%} of the time over ZeroMQ"
+        assert crowded < 0.25, f"the client spun {crowded:.0%} of the time while its learner's process was crowded"
 
 
 def test_spin_zero_never_spins():

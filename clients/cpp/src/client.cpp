@@ -170,6 +170,7 @@ struct Client::Impl {
   std::string lost_reason;
   double join_timeout = 0;
   double typical_wait = 0;  // a moving average of the waits for a command over the data channel (seconds)
+  bool learner_crowded = false;  // the latest command carried kFlagCrowded: no core to spare for a spin
 
   std::string Prefix() const { return "client " + options.name + ": "; }
 
@@ -670,7 +671,9 @@ Status Client::Impl::Serve(bool* closed) {
     }
     bool ready = false, event = false, got = false, too_many = false;
     const Clock::time_point since = Clock::now();
-    if (options.spin > 0 && typical_wait < options.spin) ready = connection->SpinForMessage(options.spin);
+    if (options.spin > 0 && typical_wait < options.spin && !learner_crowded) {
+      ready = connection->SpinForMessage(options.spin);
+    }
     if (!ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Poll(kIdlePollMs, &ready, &event));
     Message message;
     if (ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Receive(&message.frames, &got, &too_many));
@@ -724,6 +727,7 @@ Status Client::Impl::Handle(Message* message, Outcome* outcome) {
   Header& header = message->header;
   Status parsed = ParseHeader(message->frames[0], &header);
   if (!parsed.ok()) return SendError(0, CommandError{kNoEnv, parsed}, false);
+  learner_crowded = (header.flags & kFlagCrowded) != 0;
   const std::uint64_t seq = header.seq;
   if (header.version != kProtocolVersion) {
     return SendError(seq,

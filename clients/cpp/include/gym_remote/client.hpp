@@ -37,8 +37,9 @@ struct ClientOptions {
   // socket. Unset: on unless the environment variable GYM_REMOTE_DATA_PLANE is 0, off, false or no.
   std::optional<bool> data_plane;
   // Over the data plane, seconds to busy-check for the next command after answering one, while
-  // commands have lately come within that time (0: never). It saves a wake-up per step but takes a
-  // core; the Python client's local processes spin 100e-6 s when their learner spins.
+  // commands have lately come within that time and do not say the learner's process has no core to
+  // spare (0: never). It saves a wake-up per step but takes a core; the Python client's local
+  // processes spin 200e-6 s when their learner spins.
   double spin = 0.0;
   // CURVE (PROTOCOL.md §12), as Z85 text: all empty (a plain connection), or all set.
   std::string server_public_key;
