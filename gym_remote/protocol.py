@@ -129,15 +129,10 @@ def pack_header(kind: Kind, seq: int = 0, count: int = 0, flags: int = 0) -> byt
     return HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, flags, count, seq)
 
 
-_FLAGS = struct.Struct("<H")
-_FLAGS_OFFSET = 4
-
-
 def add_flags(frame: bytes, flags: int) -> bytes:
     """A copy of the header frame ``frame`` (and what follows its 16 bytes) with ``flags`` set as well."""
-    marked = bytearray(frame)
-    _FLAGS.pack_into(marked, _FLAGS_OFFSET, _FLAGS.unpack_from(marked, _FLAGS_OFFSET)[0] | flags)
-    return bytes(marked)
+    magic, version, kind, old, count, seq = HEADER.unpack_from(frame)
+    return HEADER.pack(magic, version, kind, old | flags, count, seq) + frame[HEADER_SIZE:]
 
 
 def parse_header(frame: bytes | memoryview) -> Header:
