@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
-import threading
 import time
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+from common import Trainer
 
 NUM_ENVS = 8
 OBS_SIZE = 4  # CartPole's observation
@@ -148,28 +148,6 @@ def sync_rate(steps: int) -> float:
     rate = steps * NUM_ENVS / (time.perf_counter() - started)
     envs.close()
     return rate
-
-
-class Trainer:
-    """A thread of the learner's process keeping a core busy outside the GIL (numpy), as training does."""
-
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._train, daemon=True)
-
-    def _train(self) -> None:
-        rng = np.random.default_rng(0)
-        a, b = rng.random((192, 192)), rng.random((192, 192))
-        while not self._stop.is_set():
-            a = np.tanh(a @ b)
-
-    def __enter__(self) -> Trainer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 def main() -> None:

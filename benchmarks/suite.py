@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import tempfile
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ import partial_batches as partial_case
 import peers
 import raw_transports
 import zmq
-from common import interleaved_medians, lock_step_rate
+from common import Trainer, interleaved_medians, lock_step_rate
 from echo import echo_steps_per_second
 from pipe_workers import PipeWorkers
 
@@ -266,29 +265,6 @@ def transport_floor(steps: int, repeats: int) -> Case:
     return case
 
 
-class _Trainer:
-    """A CPU-bound "trainer" in the learner's process while a vector env steps: a thread multiplying
-    matrices (numpy releases the GIL, as torch does), which keeps one core busy."""
-
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._train, daemon=True)
-
-    def _train(self) -> None:
-        rng = np.random.default_rng(0)
-        a, b = rng.random((192, 192)), rng.random((192, 192))
-        while not self._stop.is_set():
-            a = np.tanh(a @ b)
-
-    def __enter__(self) -> _Trainer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
 def while_training(steps: int, repeats: int) -> Case:
     """CartPole, 8 envs, stepped while a trainer thread keeps a core busy in the learner's process:
     Sync, Async, and RemoteVectorEnv with 1 local client over the same-host data plane (uds) and over
@@ -300,7 +276,7 @@ def while_training(steps: int, repeats: int) -> Case:
     plain = lock_step_rate(steps, max(20, steps // 10))
 
     def measure(envs: gym.vector.VectorEnv) -> float:
-        with _Trainer():
+        with Trainer():
             return plain(envs)
 
     makers = vector_envs(lambda: gym.make("CartPole-v1"), 8)
