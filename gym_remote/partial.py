@@ -75,22 +75,22 @@ class SlotTable:
         self._arrivals = 0
 
     def slots_in(self, state: SlotState) -> list[int]:
-        return np.flatnonzero(self.state == state).tolist()
+        return (self.state == int(state)).nonzero()[0].tolist()
 
     @property
     def parked(self) -> dict[int, Parked]:
         """The PARKED slots and their commands."""
-        return {slot: self._parked[slot] for slot in self.slots_in(SlotState.PARKED)}
+        return {slot: self._parked[slot] for slot in (self.state == _PARKED).nonzero()[0].tolist()}
 
     @property
     def in_flight(self) -> dict[int, Exchange]:
         """The IN_FLIGHT slots and their exchanges."""
-        return {slot: self._exchange[slot] for slot in self.slots_in(SlotState.IN_FLIGHT)}
+        return {slot: self._exchange[slot] for slot in (self.state == _IN_FLIGHT).nonzero()[0].tolist()}
 
     @property
     def ready(self) -> list[int]:
         """The READY slots, in arrival order."""
-        slots = np.flatnonzero(self.state == _READY)
+        slots = (self.state == _READY).nonzero()[0]
         return slots[np.argsort(self._arrival[slots], kind="stable")].tolist()
 
     def ready_count(self) -> int:
@@ -115,19 +115,19 @@ class SlotTable:
 
     def park(self, slot: int, command: Parked) -> None:
         self._parked[slot] = command
-        self.state[slot] = SlotState.PARKED
+        self.state[slot] = _PARKED
 
     def fly(self, slot: int, exchange: Exchange) -> None:
         self._exchange[slot] = exchange
-        self.state[slot] = SlotState.IN_FLIGHT
+        self.state[slot] = _IN_FLIGHT
 
     def arrive(self, slot: int) -> None:
         self._arrivals += 1
         self._arrival[slot] = self._arrivals
-        self.state[slot] = SlotState.READY
+        self.state[slot] = _READY
 
     def idle(self, slot: int) -> None:
-        self.state[slot] = SlotState.IDLE
+        self.state[slot] = _IDLE
 
     def take_ready(self, count: int) -> list[int]:
         """The first ``count`` ready slots, which become IDLE."""
@@ -135,12 +135,12 @@ class SlotTable:
         if count > len(slots):
             raise ValueError(f"{count} results asked for, {len(slots)} are ready")
         slots = slots[:count]
-        self.state[slots] = SlotState.IDLE
+        self.state[slots] = _IDLE
         return slots
 
     def clear(self) -> None:
         """Every slot IDLE (the exchanges in flight are the caller's to abandon first)."""
-        self.state[:] = SlotState.IDLE
+        self.state[:] = _IDLE
 
 
 class PartialBatches:
@@ -164,6 +164,8 @@ class PartialBatches:
         self.table = SlotTable(server.num_envs)
         self.reports_loss = np.zeros(server.num_envs, dtype=np.bool_)  # its next result reports a lost client
         self._arrivals: list[tuple[int, int]] = []  # (slot, seq) of each RESULT landed since the last collect()
+        self._taken_seen = server.replies_taken  # the server's count of replies taken, at the last collect()
+        self._losses_unreported = False  # the last collect() found lost slots the vector did not know of yet
 
     def reset_all(self, seed: list[int | None], options: Any) -> None:
         """Start resetting every slot (``seed[slot]``); results that were not returned yet are dropped."""
@@ -206,12 +208,10 @@ class PartialBatches:
         the command was parked). A wait's predicate: no side effects."""
         if self.table.ready_count() + len(self._arrivals) >= size:
             return True
-        if any(
-            exchange.errors or not (exchange.pending or exchange.lost) for exchange in self.table.in_flight.values()
-        ):
+        if self._unlanded(self.server.replies_taken):  # an error or a reply cut short (or a loss: one look more)
             return True
         owners = self.server.members.slots
-        return any(owners[slot] is not None for slot in self.table.slots_in(SlotState.PARKED))
+        return any(owners[slot] is not None for slot in self.table.parked)
 
     def collect(self) -> RemoteEnvError | None:
         """Move what happened into the table: landed results become READY (in arrival order); a slot whose
@@ -221,6 +221,8 @@ class PartialBatches:
         Call it after the vector took the server's events (the episodes know of every loss).
         """
         table = self.table
+        taken = self.server.replies_taken
+        unlanded = self._unlanded(taken)
         for slot, seq in self._arrivals:
             exchange = table.exchange_of(slot)
             if exchange is None or exchange.seq != seq:  # a result for a command the slot no longer waits for
@@ -230,6 +232,9 @@ class PartialBatches:
                 self.reports_loss[slot] = False
             table.arrive(slot)
         self._arrivals.clear()
+        if not unlanded and not self._losses_unreported:  # (the look below costs a pass over the slots in flight)
+            self._taken_seen = taken
+            return None
         error = None
         lost = []
         for slot, exchange in table.in_flight.items():
@@ -243,8 +248,18 @@ class PartialBatches:
                 # its reply was cut short (an interrupted receive): the result is gone, the slot takes actions
                 self.reports_loss[slot] = False
                 table.idle(slot)
-        self._report(self.episodes.unreported(lost))  # (the others wait for the vector to learn of the loss)
+        reporting = self.episodes.unreported(lost)  # (the others wait for the vector to learn of the loss)
+        self._report(reporting)
+        self._losses_unreported = len(reporting) < len(lost)
+        self._taken_seen = taken
         return error
+
+    def _unlanded(self, taken: int) -> bool:
+        """Whether some reply the server stopped awaiting since the last :meth:`collect` did not land (its env
+        raised, its client was lost, an interrupt cut it short): every slot has a command of its own, so each
+        reply that lands adds one arrival. The server's count may be one too high after an interrupt, which
+        costs one look more, never one less."""
+        return taken - self._taken_seen > len(self._arrivals)
 
     def take(self, size: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The first ``size`` READY results, as ``recv`` returns them (made before the slots become IDLE, so an

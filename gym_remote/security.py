@@ -434,7 +434,9 @@ class GatePolicy:
     Args:
         authorized: the client keys accepted (None: plain connections, which are only counted and rated).
         max_connections: connections open at once beyond which new handshakes are refused.
-        handshake_rate: handshakes per second one network address may start (bursts of twice as many).
+        handshake_rate: handshakes per second one network address may start.
+        handshake_burst: handshakes one address may start at once, after a quiet spell (default, and at
+            least: twice ``handshake_rate``).
     """
 
     def __init__(
@@ -443,11 +445,12 @@ class GatePolicy:
         *,
         max_connections: int,
         handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
+        handshake_burst: float = 0.0,
     ) -> None:
         self.authorized = authorized
         self.max_connections = int(max_connections)
         self.handshake_rate = float(handshake_rate)
-        self.handshake_burst = max(2.0 * self.handshake_rate, 1.0)
+        self.handshake_burst = max(2.0 * self.handshake_rate, float(handshake_burst), 1.0)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._open: set[int] = set()

@@ -175,7 +175,8 @@ class SlotServer:
         security: CURVE keys and the client keys accepted (None: plain connections).
         max_connections: connections open at once beyond which new ones are refused (default
             ``4 * num_envs + 64``); also the length of the waiting line.
-        handshake_rate: connection handshakes per second one network address may start.
+        handshake_rate: connection handshakes per second one network address may start (bursts of twice
+            as many, or of ``num_envs`` if more).
         spin: seconds a wait for replies busy-checks the links before it sleeps, while replies have
             lately come within that time (0: never). Waking a sleeping thread costs tens of
             microseconds, as much as a cheap env's whole step; a spin that would not pay (slow envs)
@@ -224,6 +225,9 @@ class SlotServer:
         self.observation_leaves: list[np.ndarray] | None = None
         self._events: deque[Joined | Lost] = deque()  # what happened, for the owner to take (peek_event)
         self._seq = 0
+        # replies the server stopped awaiting (landed, failed, lost or cut short), counted before each stops being
+        # awaited: an interrupt may leave it one too high, never too low (see PartialBatches.has_news)
+        self.replies_taken = 0
         self._awaited: dict[bytes, dict[int, Exchange]] = {}  # identity -> seq -> the exchange awaiting its reply
         # identity -> seqs of abandoned commands sent on a member's route whose replies have not come, oldest
         # first: with the awaited ones, what it owes (it answers in order: a reply that lost its header is the
@@ -242,6 +246,7 @@ class SlotServer:
             security.authorized if security is not None else None,
             max_connections=self.max_connections,
             handshake_rate=handshake_rate,
+            handshake_burst=num_envs,  # a whole fleet on one host (one address) joins at once
         )
         try:
             self.router = Router(
@@ -336,6 +341,7 @@ class SlotServer:
         if self.members.lose(client.identity) is None:
             return
         for exchange in self._awaited.pop(client.identity, {}).values():
+            self.replies_taken += 1
             if exchange.pending.pop(client.identity, None) is not None:
                 exchange.lost.append(client)
         logger.info(
@@ -409,9 +415,11 @@ class SlotServer:
                     by_seq = awaited[identity] = {}
                 by_seq[seq] = exchange
                 sent_at[identity] = time.monotonic()
-                if not self.send(client, frames) and pending.pop(identity, None) is not None:
-                    self._unawait(identity, seq)  # (a client lost while sending is listed by lose())
-                    exchange.lost.append(client)
+                if not self.send(client, frames):
+                    self.replies_taken += 1
+                    if pending.pop(identity, None) is not None:
+                        self._unawait(identity, seq)  # (a client lost while sending is listed by lose())
+                        exchange.lost.append(client)
         except BaseException:
             self.abandon(exchange)
             raise
@@ -431,6 +439,7 @@ class SlotServer:
 
     def abandon(self, exchange: Exchange) -> None:
         """Stop awaiting the replies ``exchange`` still lacks: when they come, they are dropped as late."""
+        self.replies_taken += len(exchange.pending)
         for identity in exchange.pending:
             if self._replies_on_route(identity):
                 late = self._late.get(identity)
@@ -637,6 +646,7 @@ class SlotServer:
                 raise
             arrival.source.consume()  # not if an interrupt stopped it: then it is handled again
             return
+        self.replies_taken += 1
         client = exchange.pending.pop(identity, None)
         self._unawait(identity, seq)
         arrival.source.consume()
@@ -744,6 +754,7 @@ class SlotServer:
                 self._settle_late(identity, seq)
         if seq in awaited:
             exchange = awaited[seq]
+            self.replies_taken += 1
             exchange.pending.pop(identity, None)
             self._unawait(identity, seq)
         logger.info("an interrupt cut short a message (sender %s, seq %s); it was dropped", identity, seq)

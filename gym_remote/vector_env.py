@@ -101,7 +101,8 @@ class RemoteVectorEnv(VectorEnv):
         max_connections: connections open at once beyond which new ones are refused (default
             ``4 * num_envs + 64``); also the length of the waiting line.
         handshake_rate: connection handshakes per second one network address may start (bursts of
-            twice as many); a flood beyond it is refused.
+            twice as many, or of ``num_envs`` if more: a whole fleet on one host joins at once); a flood
+            beyond it is refused.
         batch_size: how many slots' results :meth:`recv` returns (default ``num_envs``); see
             :meth:`send` and :meth:`recv`, the partial batches of EnvPool.
         spin: seconds a wait for replies busy-checks for them before it sleeps, as long as replies

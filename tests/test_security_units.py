@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
+import gymnasium as gym
 import pytest
 import zmq
 import zmq.auth
@@ -23,11 +24,13 @@ from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 import gym_remote.security as security
+from gym_remote import RemoteVectorEnv
 from gym_remote.links.gate import ZAP_ENDPOINT, Gatekeeper
 from gym_remote.links.zeromq import use_curve
 from gym_remote.security import (
     AuthorizedKeys,
     ClientSecurity,
+    GatePolicy,
     KeyPair,
     SecurityOptions,
     ServerSecurity,
@@ -1080,3 +1083,35 @@ def test_gatekeeper_close_is_idempotent_and_stats_are_copies(zap_rigs):
     close_gatekeeper(rig.gatekeeper)
     assert not rig.gatekeeper._thread.is_alive()
     rig.gatekeeper.close()  # again: nothing to do
+
+
+def _plain_handshakes(policy: GatePolicy, address: str, count: int) -> list[bytes]:
+    """The statuses of ``count`` plain (NULL) handshakes from ``address``, as the ZAP thread asks them."""
+    return [policy.answer([b"1.0", b"%d" % index, b"", address.encode(), b"", b"NULL"])[2] for index in range(count)]
+
+
+def test_a_burst_of_handshakes_from_one_address_is_admitted_up_to_the_burst_then_rated():
+    policy = GatePolicy(None, max_connections=10_000, handshake_rate=1.0, handshake_burst=300)
+    assert policy.handshake_burst == 300
+    statuses = _plain_handshakes(policy, "127.0.0.1", 302)
+    assert statuses[:300] == [b"200"] * 300
+    assert statuses[-1] == b"500"  # (at most one token trickled in meanwhile)
+    assert _plain_handshakes(policy, "127.0.0.2", 1) == [b"200"]  # another address has a bucket of its own
+    # the burst is never below twice the rate
+    assert GatePolicy(None, max_connections=10, handshake_rate=50.0, handshake_burst=3).handshake_burst == 100
+
+
+def test_a_server_lets_as_many_clients_as_it_has_slots_join_from_one_address_at_once(tmp_path):
+    envs = RemoteVectorEnv(
+        num_envs=500,
+        bind=f"ipc://{tmp_path}/server",
+        observation_space=gym.spaces.Box(-1, 1, (1,)),
+        action_space=gym.spaces.Discrete(2),
+        connect_timeout=1,
+    )
+    try:
+        policy = envs.unwrapped._server.gatekeeper.policy
+        assert _plain_handshakes(policy, "127.0.0.1", 500) == [b"200"] * 500
+        assert policy.handshake_burst == 500
+    finally:
+        envs.close()

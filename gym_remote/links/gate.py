@@ -49,7 +49,8 @@ class Gatekeeper:
         context: the server's own ZeroMQ context.
         authorized: the client keys accepted (None: plain connections, which are only counted and rated).
         max_connections: connections open at once beyond which new handshakes are refused.
-        handshake_rate: handshakes per second one network address may start (bursts of twice as many).
+        handshake_rate: handshakes per second one network address may start.
+        handshake_burst: handshakes one address may start at once (at least twice ``handshake_rate``).
     """
 
     def __init__(
@@ -59,8 +60,11 @@ class Gatekeeper:
         *,
         max_connections: int,
         handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
+        handshake_burst: float = 0.0,
     ) -> None:
-        self.policy = GatePolicy(authorized, max_connections=max_connections, handshake_rate=handshake_rate)
+        self.policy = GatePolicy(
+            authorized, max_connections=max_connections, handshake_rate=handshake_rate, handshake_burst=handshake_burst
+        )
         self._stopping = threading.Event()
         # Held by whoever uses the sockets (the thread while it polls, receives or replies; close() to close
         # them under a thread that is stuck elsewhere, in a key lookup say): never two threads in libzmq at once.
