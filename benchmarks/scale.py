@@ -46,6 +46,17 @@ STEP_FRAMES = (16, 8)  # a STEP for one env: header, one int64 action
 RESULT_FRAMES = (26, 16)  # its RESULT: header and scalars (16 + 10 bytes), one float32 x 4 observation
 
 
+def missing() -> str | None:
+    """Why the scale case cannot run here (None if it can): the C++ null client, or a C compiler with libzmq."""
+    if not PROGRAMS["null"].exists():
+        return f"build the C++ clients first: {PROGRAMS['null']} is missing (see clients/cpp/README.md)"
+    try:
+        echo_client()
+    except (OSError, subprocess.CalledProcessError) as error:
+        return f"cannot build {SOURCE.name} with cc and libzmq: {error}"
+    return None
+
+
 def echo_client() -> Path:
     """The echo client's program, built once per version of its source (in the temporary directory)."""
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
@@ -174,8 +185,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    if not PROGRAMS["null"].exists():
-        sys.exit(f"build the C++ clients first: {PROGRAMS['null']} is missing (see clients/cpp/README.md)")
+    reason = missing()
+    if reason is not None:
+        sys.exit(reason)
     kinds = {
         "floor (bare ROUTER, C echo clients)": lambda n: floor(n, args.seconds),
         "RemoteVectorEnv, lock-step": lambda n: remote(n, args.seconds, partial=False),

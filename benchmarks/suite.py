@@ -1,6 +1,6 @@
 """The benchmark suite: RemoteVectorEnv against Gymnasium's SyncVectorEnv and AsyncVectorEnv, every case.
 
-    python benchmarks/suite.py [--quick] [--repeats 3] [--cases cartpole,busy,frames,floor,training,scaling,partial]
+    python benchmarks/suite.py [--quick] [--repeats 3] [--cases cartpole,busy,frames,...]  (all by default)
 
 Prints a table per case, and writes the raw results as JSON (and, with matplotlib installed,
 ``pip install "gymnasium-remote[bench]"``, a plot) to ``benchmarks/results/``. Every figure is the
@@ -30,6 +30,7 @@ import numpy as np
 import partial_batches as partial_case
 import peers
 import raw_transports
+import scale as scale_bench
 import zmq
 from common import Trainer, interleaved_medians, lock_step_rate
 from echo import echo_steps_per_second
@@ -56,6 +57,7 @@ class Case:
     baseline: str
     medians: dict[str, float] = field(default_factory=dict)
     runs: dict[str, list[float]] = field(default_factory=dict)
+    details: dict[str, dict[str, float]] = field(default_factory=dict)  # other figures of the rows, by name
 
     def ratios(self) -> dict[str, float]:
         return {label: value / self.medians[self.baseline] for label, value in self.medians.items()}
@@ -337,6 +339,33 @@ def partial(seconds: float, repeats: int) -> Case:
     return case
 
 
+def scale_case(seconds: float, repeats: int, sizes: list[int]) -> Case:
+    """One learner and N zero-cost C++ clients over ZeroMQ tcp, next to a bare ROUTER with C echo clients
+    (``scale.py``): client messages per second; in ``details``, learner CPU per message and join time."""
+    case = Case("scale", "One learner, N zero-cost C++ clients of 1 env each, ZeroMQ tcp", "client messages/s", "")
+    cpu: dict[str, list[float]] = {}
+    join: dict[str, list[float]] = {}
+    for clients in sizes:
+        kinds = {
+            f"floor (bare ROUTER), {clients} clients": (scale_bench.floor, clients, seconds),
+            f"Remote lock-step, {clients} clients": (scale_bench.remote, clients, seconds, False),
+            f"Remote partial (batch N/2), {clients} clients": (scale_bench.remote, clients, seconds, True),
+        }
+        for _ in range(repeats):  # the rows take turns
+            for name, (measure, *arguments) in kinds.items():
+                row = measure(*arguments)
+                case.runs.setdefault(name, []).append(row.rate)
+                cpu.setdefault(name, []).append(row.cpu_us)
+                join.setdefault(name, []).append(row.join)
+    case.medians = {name: float(np.median(rates)) for name, rates in case.runs.items()}
+    case.details = {
+        "learner CPU µs per message": {name: float(np.median(values)) for name, values in cpu.items()},
+        "join seconds (slowest run)": {name: max(values) for name, values in join.items()},
+    }
+    case.baseline = next(iter(case.medians))
+    return case
+
+
 def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
     """The issue's targets, as ratios measured in this run."""
     found = []
@@ -406,6 +435,18 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
                 add(f"while training: {label} / {zmq_label}", training[label] / training[zmq_label], 1.0, label)
     if "partial" in cases:
         add("partial batches, batch_size=4 / lock-step", cases["partial"].ratios()["send/recv, batch_size=4"], 1.5, "")
+    if "scale" in cases:
+        scaled = cases["scale"]
+        cpu, join = scaled.details["learner CPU µs per message"], scaled.details["join seconds (slowest run)"]
+        for label in [label for label in scaled.medians if label.startswith("Remote")]:
+            clients = label.rsplit(", ", 1)[1]
+            floor = f"floor (bare ROUTER), {clients}"
+            if clients not in ("256 clients", "1024 clients"):
+                continue
+            add(f"{label}: messages/s / the floor's", scaled.medians[label] / scaled.medians[floor], 0.9, floor)
+            add(f"{label}: learner CPU per message / the floor's", cpu[label] / cpu[floor], 1.3, floor, at_most=True)
+            if clients == "1024 clients":
+                add(f"{label}: seconds for all to join", join[label], 5.0, "slowest run", at_most=True)
     return found
 
 
@@ -429,6 +470,10 @@ def print_case(case: Case) -> None:
     print(f"{'':{width}s} {case.unit:>12s} {'x ' + case.baseline:>24s}")
     for label, value in case.medians.items():
         print(f"{label:{width}s} {value:12,.0f} {ratios[label]:24.2f}")
+    for what, values in case.details.items():
+        print(f"{what}:")
+        for label, value in values.items():
+            print(f"  {label:{width}s} {value:10.1f}")
 
 
 def plot(cases: dict[str, Case], path: Path) -> bool:
@@ -474,7 +519,7 @@ def plot(cases: dict[str, Case], path: Path) -> bool:
     return True
 
 
-ALL_CASES = ("cartpole", "busy", "frames", "floor", "training", "scaling", "partial")
+ALL_CASES = ("cartpole", "busy", "frames", "floor", "training", "scaling", "partial", "scale")
 
 
 def main() -> None:
@@ -502,6 +547,9 @@ def main() -> None:
     unknown = sorted(set(chosen) - set(ALL_CASES))
     if unknown:
         parser.error(f"unknown cases {unknown}; choose from {', '.join(ALL_CASES)}")
+    if "scale" in chosen and scale_bench.missing() is not None:
+        print(f"No scale case: {scale_bench.missing()}")
+        chosen.remove("scale")
     repeats = args.repeats or (1 if args.quick else 3)
     scale = 0.1 if args.quick else 1.0
     sizes = [1, 8, 64] if args.quick else [1, 2, 4, 8, 16, 32, 64]
@@ -550,6 +598,7 @@ def main() -> None:
         "training": lambda: while_training(int(4000 * scale), repeats),
         "scaling": lambda: scaling(int(8000 * scale), repeats, sizes),
         "partial": lambda: partial(1.0 if args.quick else 3.0, repeats),
+        "scale": lambda: scale_case(1.0 if args.quick else 3.0, repeats, [16] if args.quick else [16, 256, 1024]),
     }
     cases: dict[str, Case] = {}
     for name in chosen:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from copy import deepcopy
 from itertools import repeat
 from typing import Any
@@ -14,7 +14,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from gym_remote import codec, protocol
 from gym_remote.commands import PlanOf
-from gym_remote.errors import ProtocolError
+from gym_remote.errors import ProtocolError, RemoteEnvError
 from gym_remote.membership import ClientInfo
 
 __all__ = ["Landing", "ResultBatch"]
@@ -48,17 +48,26 @@ class ResultBatch:
         self.slot_infos.clear()
         self.slot_finals.clear()
 
-    def landing(self, plan_of: PlanOf | None = None, arrivals: list[tuple[int, int]] | None = None) -> Landing:
+    def landing(
+        self,
+        plan_of: PlanOf | None = None,
+        arrivals: list[tuple[int, int]] | None = None,
+        failures: list[tuple[int, int, RemoteEnvError]] | None = None,
+        replies: list[int] | None = None,
+    ) -> Landing:
         """A sink (:class:`~gym_remote.server.Sink`) that lands RESULTs in this batch.
 
         ``plan_of(client)``: the slots a command was for, when not all of each client's;
         ``arrivals``: a list ``(slot, seq)`` is appended to for each slot of each landed RESULT, in arrival
-        order (``seq``: the command's sequence number the RESULT answers).
+        order (``seq``: the command's sequence number the RESULT answers); ``failures``: for a STEP with
+        FLAG_EACH, ``(slot, seq, error)`` is appended to it for each slot whose env raised (that slot has no
+        arrival; None: a RESULT listing errors is malformed); ``replies``: ``seq`` of each RESULT landed.
         """
-        return Landing(self, plan_of, arrivals)
+        return Landing(self, plan_of, arrivals, failures, replies)
 
-    def _read_value(self, slots: list[int], extra: Any) -> None:
-        """The optional part of a RESULT for ``slots``: observations that are not arrays, infos, finals."""
+    def _read_value(self, slots: list[int], extra: Any, failed: Collection[int] = ()) -> None:
+        """The optional part of a RESULT for ``slots``: observations that are not arrays, infos, finals (none of
+        the ``failed`` slots, whose envs raised)."""
         count = len(slots)
         if not isinstance(extra, dict):
             raise ProtocolError("the RESULT value section must be a dict")
@@ -68,6 +77,8 @@ class ResultBatch:
         infos = _checked_list(extra.get("infos"), count, "infos")
         finals = _checked_list(extra.get("final"), count, "final")
         for index, slot in enumerate(slots):
+            if slot in failed:
+                continue
             if observations is not None:
                 self.env_obs[slot] = observations[index]
             if infos is not None and infos[index]:
@@ -196,10 +207,19 @@ class Landing:
     when the RESULT lands.
     """
 
-    def __init__(self, batch: ResultBatch, plan_of: PlanOf | None, arrivals: list[tuple[int, int]] | None) -> None:
+    def __init__(
+        self,
+        batch: ResultBatch,
+        plan_of: PlanOf | None,
+        arrivals: list[tuple[int, int]] | None,
+        failures: list[tuple[int, int, RemoteEnvError]] | None = None,
+        replies: list[int] | None = None,
+    ) -> None:
         self.batch = batch
         self.plan_of = plan_of
         self.arrivals = arrivals
+        self.failures = failures
+        self.replies = replies
         # of the RESULT being received, from targets() to land(): its slots, whether they are all of
         # its client's, and the arrays its observation frames went into
         self._slots: list[int] = []
@@ -225,8 +245,9 @@ class Landing:
         # of one env (the most common client) as Python scalars, stored at its slot: much cheaper than arrays of one
         results = protocol.parse_one_result(scalars) if count == 1 else protocol.parse_result_scalars(scalars, count)
         rows = client.rows if whole else np.asarray(slots, dtype=np.intp)
+        failed = self._failed(client, slots, header.seq, value) if type(value) is dict and "errors" in value else ()
         if value is not None:
-            batch._read_value(slots, value)
+            batch._read_value(slots, value, failed)
         elif not batch.is_array:
             raise ProtocolError("RESULT lacks the value section that carries its observations")
         elif batch.slot_infos or batch.slot_finals:  # a RESULT without infos replaces what the slots had
@@ -238,8 +259,24 @@ class Landing:
         if batch.is_array and (not whole or client.slot_slice is None):  # not received in place
             for leaf, target in zip(batch.leaves, self._scratch, strict=True):
                 leaf[rows] = target
+        if failed:
+            self.failures.extend((slot, header.seq, error) for slot, error in failed.items())
         if self.arrivals is not None:
-            self.arrivals.extend(zip(slots, repeat(header.seq, len(slots))))
+            landed = [slot for slot in slots if slot not in failed] if failed else slots
+            self.arrivals.extend(zip(landed, repeat(header.seq, len(landed))))
+        if self.replies is not None:
+            self.replies.append(header.seq)
+
+    def _failed(self, client: ClientInfo, slots: list[int], seq: int, value: dict) -> dict[int, RemoteEnvError]:
+        """The slots whose envs raised, and their errors, from a RESULT's ``errors`` (FLAG_EACH, PROTOCOL.md §5.6)."""
+        if self.failures is None:
+            raise ProtocolError("RESULT lists errors, but its command did not ask for them (FLAG_EACH)")
+        reports = _checked_list(value["errors"], len(slots), "errors")
+        return {
+            slot: client.env_error(report, "step", client.slots.index(slot))
+            for slot, report in zip(slots, reports, strict=True)
+            if report is not None
+        }
 
 
 class _InfoBatcher:

@@ -152,18 +152,22 @@ class HostedEnvs:
         return [np.empty((count, *leaf.shape), dtype=dtype) for leaf, dtype in zip(self.action_leaves, dtypes)]
 
     def step(
-        self, actions: Sequence[Any], indexes: Sequence[int] | None = None
-    ) -> tuple[list[dict], list[tuple[Any, dict] | None] | None]:
-        """Step the envs ``indexes`` (all if None) with their actions, in order; return (infos, finals).
+        self, actions: Sequence[Any], indexes: Sequence[int] | None = None, each: bool = False
+    ) -> tuple[list[dict], list[tuple[Any, dict] | None] | None, list[Exception | None] | None]:
+        """Step the envs ``indexes`` (all if None) with their actions, in order; return (infos, finals, errors).
 
         ``finals`` is None unless an env's episode ended in SAME_STEP mode; then it holds, per env
-        stepped, None or the (final_obs, final_info) of the ended episode.
+        stepped, None or the (final_obs, final_info) of the ended episode. An env that raises stops the
+        step (:class:`EnvFailure`); with ``each`` (PROTOCOL.md §5.6) the others are stepped all the same,
+        and ``errors`` holds, per env stepped, None or what it raised (``errors`` is None if none raised).
         """
         infos: list[dict] = []
         finals: list[tuple[Any, dict] | None] | None = None
+        errors: list[Exception | None] | None = None
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         envs, env_obs, autoreset = self.envs, self.env_obs, self.autoreset
+        result = self.result
         rewards: list[Any] = []
         terminations: list[bool] = []
         truncations: list[bool] = []
@@ -177,20 +181,31 @@ class HostedEnvs:
                     obs, reward, terminated, truncated, info = env.step(action)
                     terminated, truncated = bool(terminated), bool(truncated)
                     if same_step and (terminated or truncated):
+                        final = (obs, info)
+                        obs, info = env.reset()
                         if finals is None:
                             finals = [None] * len(actions)
-                        finals[position] = (obs, info)
-                        obs, info = env.reset()
-                env_obs[index] = obs
-                infos.append(info)
-                autoreset[index] = terminated or truncated
-                rewards.append(reward)
-                terminations.append(terminated)
-                truncations.append(truncated)
+                        finals[position] = final
+                if each:
+                    result.rewards[index] = reward  # (a reward that is not a number is this env's error)
             except Exception as error:
-                raise EnvFailure(index, error) from error
+                if not each:
+                    raise EnvFailure(index, error) from error
+                if errors is None:
+                    errors = [None] * len(actions)
+                errors[position] = error  # (it keeps its observation and autoreset flag; its row is 0)
+                infos.append({})
+                rewards.append(0.0)
+                terminations.append(False)
+                truncations.append(False)
+                continue
+            env_obs[index] = obs
+            infos.append(info)
+            autoreset[index] = terminated or truncated
+            rewards.append(reward)
+            terminations.append(terminated)
+            truncations.append(truncated)
         rows = slice(None) if indexes is None else indexes
-        result = self.result
         try:
             result.rewards[rows] = rewards
         except (TypeError, ValueError) as error:  # one of them is not a number: find which, as an env's error
@@ -203,7 +218,7 @@ class HostedEnvs:
         result.terminated[rows] = terminations
         result.truncated[rows] = truncations
         self._gather_observations(indexes)
-        return infos, finals
+        return infos, finals, errors
 
     def reset(self, seeds: Sequence[int | None], options: Any, indexes: Sequence[int] | None) -> list[dict]:
         """Reset the envs ``indexes`` (all if None) with their seeds, in order; return their infos.
@@ -843,7 +858,8 @@ class EnvClient:
         if kind == Kind.STEP:
             indexes = self._read_indexes(hosted, header, message)
             actions = self._read_actions(hosted, header, frame, indexes, message)
-            self._send_result(hosted, header.seq, *hosted.step(actions, indexes), indexes)
+            infos, finals, errors = hosted.step(actions, indexes, bool(header.flags & protocol.FLAG_EACH))
+            self._send_result(hosted, header.seq, infos, finals, indexes, errors)
         elif kind == Kind.RESET:
             indexes = self._read_indexes(hosted, header, message)
             command = self._read_value(header, message)
@@ -932,8 +948,10 @@ class EnvClient:
         infos: list[dict],
         finals: list[tuple[Any, dict] | None] | None,
         indexes: list[int] | None = None,
+        errors: list[Exception | None] | None = None,
     ) -> None:
-        """Send the RESULT of the envs ``indexes`` (all if None), in that order."""
+        """Send the RESULT of the envs ``indexes`` (all if None), in that order; ``errors``: those its envs raised
+        (a STEP with FLAG_EACH: one that cannot be encoded is added to them, PROTOCOL.md §5.6)."""
         extra: dict[str, Any] = {}
         if hosted.observations is None:
             extra["obs"] = hosted.env_obs if indexes is None else [hosted.env_obs[index] for index in indexes]
@@ -941,6 +959,12 @@ class EnvClient:
             extra["infos"] = infos
         if finals is not None:
             extra["final"] = finals
+        envs = hosted.selected(indexes)
+        if errors is not None:
+            for position, error in enumerate(errors):
+                if error is not None:
+                    self._log_error(error, envs[position])
+            extra["errors"] = [None if error is None else error_report(error) for error in errors]
         flags = FLAG_VALUE if extra else 0
         if indexes is None:
             frames: list[Any] = [hosted.result.pack(seq, flags), *hosted.observation_frames]
@@ -948,16 +972,28 @@ class EnvClient:
             rows = np.asarray(indexes, dtype=np.intp)
             frames = [hosted.result.pack_subset(seq, flags, rows), *[leaf[rows] for leaf in hosted.observation_frames]]
         if extra:
-            envs = hosted.selected(indexes)
-            slots = [self.slots[index] for index in envs]
-            try:
-                frames += protocol.value_frames(
-                    extra, allow_pickle=self._trusted, label=lambda path: _result_label(slots, path)
-                )
-            except EncodeError as error:  # reported as the error of the env whose value cannot travel
-                raise EnvFailure(envs[error.path[1][0]], error) from error
+            frames += self._value_frames(extra, envs, errors is not None)
         self._check_sizes(frames)
         self._send(frames, "RESULT")
+
+    def _value_frames(self, extra: dict[str, Any], envs: Sequence[int], each: bool) -> list[Any]:
+        """The value section of a RESULT for ``envs``. A value that cannot travel is the error of its env: of the
+        whole command (:class:`EnvFailure`), or with ``each`` that env's alone (its entries are blanked)."""
+        slots = [self.slots[index] for index in envs]
+        label = lambda path: _result_label(slots, path)  # noqa: E731
+        for _ in range(len(envs) + 1):  # (each round blanks one more env)
+            try:
+                return protocol.value_frames(extra, allow_pickle=self._trusted, label=label)
+            except EncodeError as error:
+                position = error.path[1][0]
+                if not each or error.path[0][0] == "errors":
+                    raise EnvFailure(envs[position], error) from error
+                self._log_error(error, envs[position])
+                extra.setdefault("errors", [None] * len(envs))[position] = error_report(error)
+                for key, blank in (("obs", None), ("infos", {}), ("final", None)):
+                    if key in extra:
+                        extra[key] = [*extra[key][:position], blank, *extra[key][position + 1 :]]
+        raise AssertionError("unreachable: every env's entries were blanked")
 
     def _check_sizes(self, frames: Sequence[Any]) -> None:
         """Refuse to send a frame the server would cut this client off for (its size limit is in WELCOME)."""
@@ -989,18 +1025,13 @@ class EnvClient:
         self._send(message, "CALL_RESULT")
 
     def _send_error(self, seq: int, error: BaseException, index: int | None, expected: bool = False) -> None:
-        report = {
-            "type": type(error).__name__,
-            "module": type(error).__module__,
-            "message": str(error),
-            "traceback": "".join(traceback.format_exception(error)),
-            "index": index,
-            "name": self.name,
-            "launch": self._launch,
-        }
-        level = logging.DEBUG if expected else logging.ERROR
-        logger.log(level, "client %s: %s: %s", self.name, report["type"], report["message"])
+        report = {**error_report(error), "index": index, "name": self.name, "launch": self._launch}
+        self._log_error(error, index, logging.DEBUG if expected else logging.ERROR)
         self._send(protocol.message(Kind.ERROR, report, seq=seq), "ERROR")
+
+    def _log_error(self, error: BaseException, index: int | None, level: int = logging.ERROR) -> None:
+        env = f" (env {index})" if index is not None else ""
+        logger.log(level, "client %s: %s: %s%s", self.name, type(error).__name__, error, env)
 
     def _send(self, frames: Sequence[Any], what: str) -> None:
         """Send one message on the membership's link; it never blocks (what the socket does not take waits
@@ -1030,6 +1061,16 @@ def _shared_envs(envs: Sequence[gym.Env]) -> list[int]:
     for position, env in enumerate(envs):
         positions.setdefault(id(env.unwrapped), []).append(position)
     return sorted(position for group in positions.values() if len(group) > 1 for position in group)
+
+
+def error_report(error: BaseException) -> dict[str, str]:
+    """What a client tells of an error its env raised (PROTOCOL.md §8): class, module, message, traceback."""
+    return {
+        "type": type(error).__name__,
+        "module": type(error).__module__,
+        "message": str(error),
+        "traceback": "".join(traceback.format_exception(error)),
+    }
 
 
 def _per_env(value: Any, header: protocol.Header, name: str) -> list:

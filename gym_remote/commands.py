@@ -50,14 +50,16 @@ def one_slot(client: ClientInfo, slot: int, row: int = 0) -> Plan:
     return Plan([slot], np.asarray([row], dtype=np.intp), None if client.count == 1 else [client.slots.index(slot)])
 
 
-def plans_for(owners: Sequence[ClientInfo | None], slots: Sequence[int]) -> dict[bytes, Plan]:
+def plans_for(
+    owners: Sequence[ClientInfo | None], slots: Sequence[int], rows: Sequence[int] | None = None
+) -> dict[bytes, Plan]:
     """The plans of a command for ``slots`` (each served: ``owners[slot]`` is its client), by client identity.
 
-    Each client gets its slots among ``slots`` in its own env order (``slots[i]`` takes row ``i`` of
-    a batch of actions).
+    Each client gets its slots among ``slots`` in its own env order (``slots[i]`` takes row ``rows[i]``, by
+    default ``i``, of a batch of actions).
     """
     grouped: dict[bytes, list[tuple[int, int, int]]] = {}
-    for row, slot in enumerate(slots):
+    for row, slot in zip(range(len(slots)) if rows is None else rows, slots, strict=True):
         client = owners[slot]
         grouped.setdefault(client.identity, []).append((client.slots.index(slot), slot, row))
     plans = {}

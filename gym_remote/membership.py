@@ -39,7 +39,7 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector.utils import batch_differing_spaces
 
 from gym_remote import codec, protocol
-from gym_remote.errors import ProtocolError
+from gym_remote.errors import ProtocolError, RemoteEnvError, remote_env_error
 from gym_remote.protocol import format_slots
 
 __all__ = ["Admit", "ClientInfo", "LaunchSlot", "Membership", "Peer", "Refuse", "data_channel_token", "space_mismatch"]
@@ -89,6 +89,17 @@ class ClientInfo:
 
     def describe(self) -> str:
         return f"client {self.name!r} (slots {format_slots(self.slots)})"
+
+    def env_error(self, report: Any, what: str, index: Any = None) -> RemoteEnvError:
+        """The error to raise for an error ``report`` of this client's (PROTOCOL.md §8) during ``what``, naming
+        the slot of the env that raised: ``index`` (a local index), or else the report's own ``index``."""
+        if not isinstance(report, dict):
+            return RemoteEnvError(f"{self.describe()} reported an unreadable error during {what}")
+        index = report.get("index") if index is None else index
+        slot = self.slots[index] if type(index) is int and 0 <= index < self.count else None
+        where = f"slot {slot} of {self.describe()}" if slot is not None else self.describe()
+        text = f"{what} failed in {where}: {report.get('type')}: {report.get('message')}"
+        return remote_env_error(text, report, slot)
 
 
 def accepted_dtypes(listed: Any) -> frozenset[np.dtype] | None:

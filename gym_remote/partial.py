@@ -7,8 +7,9 @@ Every slot is in one :class:`SlotState` at a time, kept in one array (:class:`Sl
     IN_FLIGHT --the env raised--> IDLE          IN_FLIGHT --client lost--> READY (a loss report)
                                                            (SAME_STEP: PARKED for a replacement's reset)
 
-Every slot gets a command of its own (``FLAG_SUBSET`` for clients hosting several envs), so its
-result returns as soon as its env is done, and an env that raises costs no other slot its result.
+The slots of one ``send`` that one client serves get one STEP (``FLAG_SUBSET`` for some of a client's envs)
+with ``FLAG_EACH``, so that an env that raises costs no other slot its result (PROTOCOL.md §5.6); a slot
+waiting for a client's reset gets a RESET of its own.
 :class:`PartialBatches` sends the commands; the :class:`~gym_remote.RemoteVectorEnv` waits, and
 tells it what happened (:meth:`PartialBatches.collect`, :meth:`PartialBatches.client_lost`).
 """
@@ -163,9 +164,14 @@ class PartialBatches:
         self.batch = batch
         self.table = SlotTable(server.num_envs)
         self.reports_loss = np.zeros(server.num_envs, dtype=np.bool_)  # its next result reports a lost client
-        self._arrivals: list[tuple[int, int]] = []  # (slot, seq) of each RESULT landed since the last collect()
+        # since the last collect(): (slot, seq) of each slot a RESULT landed; (slot, seq, error) of each slot whose
+        # env raised (FLAG_EACH); the seq of each RESULT landed
+        self._arrivals: list[tuple[int, int]] = []
+        self._failures: list[tuple[int, int, RemoteEnvError]] = []
+        self._replies: list[int] = []
         self._taken_seen = server.replies_taken  # the server's count of replies taken, at the last collect()
         self._losses_unreported = False  # the last collect() found lost slots the vector did not know of yet
+        self._starting = False  # a command is being started: an interrupt may leave its slots in flight unsent
 
     def reset_all(self, seed: list[int | None], options: Any) -> None:
         """Start resetting every slot (``seed[slot]``); results that were not returned yet are dropped."""
@@ -190,23 +196,27 @@ class PartialBatches:
         reporting = set(self.episodes.unreported(slots))  # their actions are not needed
         self._report(sorted(reporting))
         actions: list | None = None
+        served: list[tuple[int, int]] = []  # (row, slot)
         for row, slot in enumerate(slots):
             if slot in reporting:
                 continue
-            owner = owners[slot]
-            if owner is not None:
-                self._start(slot, owner, commands.one_slot(owner, slot, row), messages, "step")
+            if owners[slot] is not None:
+                served.append((row, slot))
                 continue
             if actions is None:
                 actions = per_env()
             self.table.park(slot, Parked(Kind.STEP, action=actions[row]))
+        if served:
+            rows, served_slots = zip(*served, strict=True)
+            for plan in commands.plans_for(owners, served_slots, rows).values():
+                self._start(owners[plan.slots[0]], plan, messages, "step", each=True)
         self.dispatch_parked()
 
     def has_news(self, size: int) -> bool:
         """Whether :meth:`collect` would find ``size`` results, or an error, or a slot whose reply an interrupt
         cut short (it goes IDLE), or a parked command can go out (its slot has a client: one that joined before
         the command was parked). A wait's predicate: no side effects."""
-        if self.table.ready_count() + len(self._arrivals) >= size:
+        if self.table.ready_count() + len(self._arrivals) >= size or self._failures:
             return True
         if self._unlanded(self.server.replies_taken):  # an error or a reply cut short (or a loss: one look more)
             return True
@@ -223,6 +233,14 @@ class PartialBatches:
         table = self.table
         taken = self.server.replies_taken
         unlanded = self._unlanded(taken)
+        error = None
+        for slot, seq, failure in self._failures:  # (before the arrivals: a slot's own error comes first)
+            exchange = table.exchange_of(slot)
+            if exchange is not None and exchange.seq == seq:
+                error = error or failure
+                self.reports_loss[slot] = False
+                table.idle(slot)
+        self._failures.clear()
         for slot, seq in self._arrivals:
             exchange = table.exchange_of(slot)
             if exchange is None or exchange.seq != seq:  # a result for a command the slot no longer waits for
@@ -232,10 +250,10 @@ class PartialBatches:
                 self.reports_loss[slot] = False
             table.arrive(slot)
         self._arrivals.clear()
+        self._replies.clear()
         if not unlanded and not self._losses_unreported:  # (the look below costs a pass over the slots in flight)
             self._taken_seen = taken
-            return None
-        error = None
+            return error
         lost = []
         for slot, exchange in table.in_flight.items():
             if exchange.errors:
@@ -252,14 +270,14 @@ class PartialBatches:
         self._report(reporting)
         self._losses_unreported = len(reporting) < len(lost)
         self._taken_seen = taken
+        self._starting = False
         return error
 
     def _unlanded(self, taken: int) -> bool:
-        """Whether some reply the server stopped awaiting since the last :meth:`collect` did not land (its env
-        raised, its client was lost, an interrupt cut it short): every slot has a command of its own, so each
-        reply that lands adds one arrival. The server's count may be one too high after an interrupt, which
-        costs one look more, never one less."""
-        return taken - self._taken_seen > len(self._arrivals)
+        """Whether a command may have ended without a RESULT landing since the last :meth:`collect` (its client
+        answered ERROR or was lost, an interrupt cut its reply or its start short). The server's count of replies
+        taken may be one too high after an interrupt, which costs one look more, never one less."""
+        return taken - self._taken_seen > len(self._replies) or self._starting
 
     def take(self, size: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The first ``size`` READY results, as ``recv`` returns them (made before the slots become IDLE, so an
@@ -285,11 +303,11 @@ class PartialBatches:
                 seed[slot] = command.seed
                 options = command.options
                 messages = lambda plan_of, options=options: commands.reset(seed, options, plan_of)  # noqa: E731
-                self._start(slot, owner, plan, messages, "reset")
+                self._start(owner, plan, messages, "reset")
             else:
                 action = [command.action]
                 messages = lambda plan_of, action=action: commands.listed_step(action, plan_of)  # noqa: E731
-                self._start(slot, owner, plan, messages, "step")
+                self._start(owner, plan, messages, "step", each=True)
 
     def _report(self, slots: list[int]) -> None:
         """The results of ``slots``, whose client was lost (and the episodes know it): truncated,
@@ -309,17 +327,30 @@ class PartialBatches:
                 self.table.arrive(slot)
 
     def _start(
-        self, slot: int, owner: ClientInfo, plan: Plan, messages: Callable[[commands.PlanOf], Builder], what: str
+        self,
+        owner: ClientInfo,
+        plan: Plan,
+        messages: Callable[[commands.PlanOf], Builder],
+        what: str,
+        each: bool = False,
     ) -> None:
-        """Send ``slot``'s command (``messages(plan_of)`` builds it) to ``owner``; its result lands on arrival.
+        """Send the command for the slots of ``plan`` (``messages(plan_of)`` builds it) to ``owner``; their results
+        land on arrival. ``each``: a STEP with FLAG_EACH (an env that raises costs no other slot its result).
 
-        The slot is IN_FLIGHT before the command goes out: a command cut short leaves it in flight with
-        nothing awaited, which :meth:`collect` turns back to IDLE.
+        The slots are IN_FLIGHT before the command goes out: a command cut short leaves them in flight with
+        nothing awaited, which :meth:`collect` turns back to IDLE (``_starting`` tells it to look).
         """
-        sink = self.batch.landing(lambda _: plan, self._arrivals)
+        failures = self._failures if each else None
+        sink = self.batch.landing(lambda _: plan, self._arrivals, failures, self._replies)
         exchange = self.server.prepare([owner], messages(lambda _: plan), sink, reply_kind=Kind.RESULT, what=what)
-        self.table.fly(slot, exchange)
+        if each:
+            frames = exchange.commands[0][1]
+            frames[0] = protocol.add_flags(frames[0], protocol.FLAG_EACH)
+        self._starting = True
+        for slot in plan.slots:
+            self.table.fly(slot, exchange)
         self.server.launch(exchange)
+        self._starting = False
 
 
 def format_outstanding(table: SlotTable) -> str:

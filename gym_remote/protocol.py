@@ -32,6 +32,7 @@ __all__ = [
     "FLAG_DTYPES",
     "FLAG_SUBSET",
     "FLAG_CROWDED",
+    "FLAG_EACH",
     "WRAPPERS_QUERY",
     "NO_OPTIONS",
     "HAS_ATTR_QUERY",
@@ -71,6 +72,10 @@ FLAG_SUBSET = 0x4
 FLAG_CROWDED = 0x8
 """Commands only, a hint: the server's process has no core to spare for a busy wait (its other threads keep
 one busy), so a client should not spin waiting for its next command while commands carry it."""
+
+FLAG_EACH = 0x10
+"""STEP only: each env stands alone. The client steps every env of the command even if one raises, and answers
+RESULT, whose value section lists the errors per env (``errors``)."""
 
 WRAPPERS_QUERY = "gym_remote:wrappers"
 """A CALL ``name`` no attribute can have: it asks for the classes of each env's wrappers (PROTOCOL.md §5.3)."""

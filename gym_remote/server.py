@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from gym_remote import codec, protocol
-from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError, remote_env_error
+from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError
 from gym_remote.links import Arrival, Broken, CutShort, LinkBroken, Message
 from gym_remote.links.channel import Channel, Listener, address_for
 from gym_remote.links.gate import Gatekeeper
@@ -667,7 +667,7 @@ class SlotServer:
                 self._land(exchange.sink, client, header, arrival)
             elif header.kind == Kind.ERROR:
                 report = self._read_value(client, header, message)
-                exchange.errors.append((client, self._remote_error(client, report, exchange.what)))
+                exchange.errors.append((client, client.env_error(report, exchange.what)))
             elif header.kind == Kind.BYE:
                 message.skip_rest()
                 exchange.lost.append(client)
@@ -964,16 +964,6 @@ class SlotServer:
             return True
         except LinkBroken:
             return False
-
-    def _remote_error(self, client: ClientInfo, report: Any, what: str) -> RemoteEnvError:
-        if not isinstance(report, dict):
-            return RemoteEnvError(f"{client.describe()} reported an unreadable error during {what}")
-        index = report.get("index")
-        slot = client.slots[index] if type(index) is int and 0 <= index < client.count else None
-        where = f"slot {slot} of {client.describe()}" if slot is not None else client.describe()
-        return remote_env_error(
-            f"{what} failed in {where}: {report.get('type')}: {report.get('message')}", report, slot
-        )
 
     def _replies_on_route(self, identity: bytes) -> bool:
         """Whether the member's replies come on its ZeroMQ route, where an interrupt can cut off a message's header

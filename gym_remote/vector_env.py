@@ -740,7 +740,8 @@ class RemoteVectorEnv(VectorEnv):
 
         Raises:
             NoAsyncCallError: no slot has an action in flight or a result waiting.
-            RemoteEnvError: an env raised; its slots have no result and take actions again.
+            RemoteEnvError: an env raised (the error names its slot); that slot has no result and takes actions
+                again, every other slot returns its result (PROTOCOL.md §5.6).
             RemoteTimeoutError: fewer than ``batch_size`` results came in time.
         """
         self._check_partial("recv")

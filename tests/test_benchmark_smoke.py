@@ -45,7 +45,7 @@ def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
             str(BENCHMARKS / "suite.py"),
             "--quick",
             "--cases",
-            "floor,training,partial",
+            "floor,training,partial,scale",
             "--output",
             str(tmp_path),
         ],
@@ -57,7 +57,7 @@ def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
     assert result.returncode == 0, result.stderr[-2000:]
     assert not list(scratch.iterdir()), f"the suite left {sorted(path.name for path in scratch.iterdir())}"
     [report] = [json.loads(path.read_text()) for path in tmp_path.glob("suite-*.json")]
-    assert [case["name"] for case in report["cases"]] == ["floor", "training", "partial"]
+    assert [case["name"] for case in report["cases"]] == ["floor", "training", "partial", "scale"]
     linux = sys.platform.startswith("linux")  # the raw floors below ZeroMQ
     uds = channel.AVAILABLE  # the same-host data plane
     floor = report["cases"][0]["medians"]
@@ -85,3 +85,7 @@ def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
     if uds and linux:
         assert names >= {"zero-cost env", "while training: Remote uds"}, sorted(names)
     assert "Targets (ratios measured in this run)" in result.stdout
+    scaled = report["cases"][3]  # one learner and 16 C++ clients, next to a bare ROUTER and 16 C echo clients
+    rows = {"floor (bare ROUTER), 16 clients", "Remote lock-step, 16 clients", "Remote partial (batch N/2), 16 clients"}
+    assert set(scaled["medians"]) == rows and all(value > 0 for value in scaled["medians"].values())
+    assert set(scaled["details"]["learner CPU µs per message"]) == rows

@@ -356,6 +356,49 @@ def test_hosted_envs_raise_env_failure_naming_the_env_and_wrapping_its_error():
     assert hosted.call("no_such_attribute", [], {}, None, "has_attr") == [False, False, False]
 
 
+class _CountingEnv(gym.Env):
+    """Counts its steps (its observation); raises ValueError for action 1 without changing."""
+
+    observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        self.steps = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        if action == 1:
+            raise ValueError("deliberate")
+        self.steps += 1
+        return np.full(1, self.steps, np.float32), 1.0, self.steps == 2, False, {"steps": self.steps}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("each", [False, True])
+def test_an_env_that_raises_stops_a_step_unless_each_env_stands_alone(each):
+    from gym_remote.client import EnvFailure
+
+    hosted = _hosted(_CountingEnv(), _CountingEnv(), _CountingEnv())
+    hosted.reset([0, 1, 2], None, None)
+    hosted.step([0, 0, 0])  # one step each
+    if not each:
+        with pytest.raises(EnvFailure) as caught:
+            hosted.step([0, 1, 0])
+        assert caught.value.index == 1
+        assert [env.unwrapped.steps for env in hosted.envs] == [2, 1, 1]  # stopped at the env that raised
+        return
+    infos, finals, errors = hosted.step([0, 1, 0], None, each=True)
+    assert [env.unwrapped.steps for env in hosted.envs] == [2, 1, 2]  # the env after it stepped too
+    assert [type(error).__name__ if error else None for error in errors] == [None, "ValueError", None]
+    assert infos == [{"steps": 2}, {}, {"steps": 2}] and finals is None
+    assert hosted.result.rewards.tolist() == [1.0, 0.0, 1.0]
+    assert hosted.result.terminated.tolist() == [True, False, True]
+    assert hosted.observations[:, 0].tolist() == [2.0, 1.0, 2.0]  # the failed env keeps its observation
+    assert hosted.autoreset == [True, False, True]
+    infos, finals, errors = hosted.step([0, 1, 1], [1, 0, 2], each=True)  # in its own order; autoresets
+    assert errors is None and [env.unwrapped.steps for env in hosted.envs] == [0, 2, 0]
+
+
 @pytest.mark.timeout(60)
 def test_error_on_the_wire_names_the_env_and_the_original_class():
     """Unchanged on the wire: ERROR carries the env's index and the class the env raised (not EnvFailure)."""

@@ -135,3 +135,10 @@ def test_unencodable_values_are_named_by_slot():
         commands.reset([None] * 6 + [1, object()], None, commands.whole)(c, 1)
     with pytest.raises(EncodeError, match=r"cannot send argument 0 of call\('f'\): "):
         commands.call(Kind.CALL, "call('f')", lambda _: {"name": "f", "args": [object()], "kwargs": {}})(c, 1)
+
+
+def test_plans_give_each_slot_the_row_it_was_given():
+    a, b = client([0, 1], "a"), client([2], "b")
+    plans = commands.plans_for(owners_of(a, b, num_envs=3), [2, 1], rows=[5, 3])
+    assert plans[b"a"].slots == [1] and plans[b"a"].rows.tolist() == [3] and plans[b"a"].indexes == [1]
+    assert plans[b"b"].slots == [2] and plans[b"b"].rows.tolist() == [5] and plans[b"b"].indexes is None

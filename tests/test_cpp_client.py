@@ -16,6 +16,7 @@ from gym_remote import RemoteVectorEnv
 from gym_remote.conformance import GROUPS, run
 from gym_remote.conformance.reference import differences
 from gym_remote.conformance.values import probe_vector
+from gym_remote.errors import RemoteEnvError
 from gym_remote.probe import ProbeEnv
 from tests.conftest import REPO_ROOT
 from tests.helpers import free_tcp_address
@@ -114,6 +115,47 @@ def cartpole_vectors(mode: AutoresetMode) -> tuple[RemoteVectorEnv, SyncVectorEn
     )
     reference = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4, autoreset_mode=mode)
     return envs, reference, endpoint
+
+
+def test_an_env_of_the_cpp_client_raising_in_partial_batches_costs_no_other_slot_its_result(cpp_build, reaper):
+    """Partial batches send one STEP per client with FLAG_EACH: the C++ client steps the envs after one that
+    raises, and lists the error in its RESULT (PROTOCOL.md §5.6)."""
+    single = gym.make("CartPole-v1")
+    endpoint = free_tcp_address()
+    envs = RemoteVectorEnv(
+        num_envs=2,
+        bind=endpoint,
+        batch_size=1,
+        observation_space=single.observation_space,
+        action_space=single.action_space,
+        timeout=30,
+    )
+    reference = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    try:
+        reaper.popen(cartpole_client(cpp_build, endpoint, 2))
+        envs.async_reset(seed=5)
+        expected = reference.reset(seed=5)[0]
+        returned = {}
+        for _ in range(2):
+            obs, *_, info = envs.recv()
+            returned[int(info["env_id"][0])] = obs[0]
+        np.testing.assert_array_equal(np.stack([returned[0], returned[1]]), expected)
+        envs.send(np.array([5, 1]), [0, 1])  # slot 0's action is invalid: its env raises; slot 1's steps
+        with pytest.raises(RemoteEnvError, match="slot 0") as raised:
+            envs.recv()
+        assert raised.value.slot == 0 and isinstance(raised.value, AssertionError)
+        obs, rewards, terminations, truncations, info = envs.recv()
+        assert info["env_id"].tolist() == [1]
+        stepped = reference.step(np.array([0, 1]))  # (slot 0's twin takes its valid action below)
+        np.testing.assert_array_equal(obs[0], stepped[0][1])
+        assert (rewards[0], terminations[0], truncations[0]) == (stepped[1][1], stepped[2][1], stepped[3][1])
+        envs.send(np.array([0]), [0])  # slot 0 takes actions again, from the state it was in
+        obs, *_, info = envs.recv()
+        assert info["env_id"].tolist() == [0]
+        np.testing.assert_array_equal(obs[0], stepped[0][0])
+    finally:
+        envs.close()
+        reference.close()
 
 
 @pytest.mark.parametrize("mode", list(AutoresetMode))

@@ -644,6 +644,27 @@ def test_env_error_does_not_lose_the_results_of_other_slots_in_the_same_command(
 
 
 @pytest.mark.timeout(60)
+def test_an_env_raising_first_in_its_command_leaves_the_others_of_that_command_stepped(local_envs):
+    fns = [functools.partial(make_timed, i, 0.0, 8) for i in range(4)]
+    envs = local_envs(fns, num_clients=2, batch_size=2)  # slots 0-1 in one client, 2-3 in the other
+    rollout = Rollout(envs, seed=14)
+    rollout.start()
+    rollout.drain()
+    envs.send([5, 1, 0, 2], [0, 1, 2, 3])  # one command per client; slot 0's env raises, before slot 1's steps
+    rollout.pending.update({1: ("step", 1), 2: ("step", 0), 3: ("step", 2)})
+    with pytest.raises(RemoteEnvError, match="slot 0") as raised:
+        while True:  # the other client's results may come first
+            rollout.recv()
+    assert raised.value.slot == 0
+    rollout.drain()  # slot 1 was stepped all the same: its result comes; slot 0 has nothing in flight
+    assert rollout.records[1][-1].event == ("step", 1)
+    rollout.send([0])  # slot 0 takes actions again
+    rollout.drain()
+    for slot in range(4):
+        assert_matches_twin(rollout.records[slot], fns[slot], AutoresetMode.NEXT_STEP, f"slot {slot}")
+
+
+@pytest.mark.timeout(60)
 def test_a_client_killed_mid_step_is_noticed_while_other_slots_keep_running(local_envs, tmp_path):
     marker = tmp_path / "stalled"
     fns = [

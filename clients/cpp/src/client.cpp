@@ -189,8 +189,10 @@ struct Client::Impl {
   Status ReadValue(Message* message, Value* value);
   std::string ReadText(Message* message, const char* key);
   Status ReadActions(Message* message, std::size_t count, std::vector<Value>* actions);
-  Status SendResult(std::uint64_t seq, const std::vector<std::size_t>& indexes, const std::vector<Value>& infos,
-                    const std::vector<Value>& finals, CommandError* error);
+  Status SendResult(std::uint64_t seq, const std::vector<std::size_t>& indexes, std::vector<Value> infos,
+                    std::vector<Value> finals, CommandError* error,
+                    std::vector<std::optional<Status>>* failures = nullptr);
+  Value ErrorReport(const Status& status) const;
   Status SendCallResult(std::uint64_t seq, const std::vector<std::size_t>& indexes, Value results);
   Status SendError(std::uint64_t seq, const CommandError& error, bool expected);
   Status CheckSizes(const std::vector<std::string>& frames) const;
@@ -745,8 +747,16 @@ Status Client::Impl::Handle(Message* message, Outcome* outcome) {
       if (status.ok()) status = ReadActions(message, indexes.size(), &actions);
       if (!status.ok()) return SendError(seq, CommandError{kNoEnv, status}, false);
       std::vector<Value> infos, finals;
-      if (!hosted->Step(indexes, actions, &infos, &finals, &error)) return SendError(seq, error, false);
-      return SendResult(seq, indexes, infos, finals, &error);
+      std::vector<std::optional<Status>> failures;
+      std::vector<std::optional<Status>>* each = (header.flags & kFlagEach) ? &failures : nullptr;
+      if (!hosted->Step(indexes, actions, &infos, &finals, &error, each)) return SendError(seq, error, false);
+      for (std::size_t position = 0; position < failures.size(); ++position) {
+        if (failures[position]) {
+          Log(LogLevel::kError, Prefix() + ErrorReport(*failures[position]).Find("type")->text() + ": " +
+                                    failures[position]->message() + " (env " + std::to_string(indexes[position]) + ")");
+        }
+      }
+      return SendResult(seq, indexes, std::move(infos), std::move(finals), &error, each);
     }
     case MessageKind::kReset: {
       Status status = ReadIndexes(message, &indexes);
@@ -922,49 +932,74 @@ Status Client::Impl::CheckSizes(const std::vector<std::string>& frames) const {
   return Status::Ok();
 }
 
-Status Client::Impl::SendResult(std::uint64_t seq, const std::vector<std::size_t>& indexes,
-                                const std::vector<Value>& infos, const std::vector<Value>& finals,
-                                CommandError* error) {
-  Value extra = Value::Dict();
-  if (!hosted->observation_has_layout()) extra.Set("obs", hosted->ObservationList(indexes));
-  bool any_info = false;
-  for (const Value& info : infos) any_info = any_info || NonEmptyDict(info);
-  if (any_info) extra.Set("infos", Value::List(infos));
-  if (!finals.empty()) extra.Set("final", Value::List(finals));
-  const bool has_value = !extra.entries().empty();
-  std::vector<std::string> frames;
-  hosted->ResultFrames(seq, has_value ? kFlagValue : 0, indexes, &frames);
-  if (has_value) {
-    EncodedValue encoded;
-    std::vector<PathStep> path;
-    Status status = EncodeValue(extra, &encoded, "", &path);
-    if (!status.ok()) {  // reported as the error of the env whose value cannot travel
-      std::string label = "the result";
-      std::size_t env = kNoEnv;
-      if (path.size() >= 2 && path[1].is_index && path[1].index < indexes.size()) {
-        env = indexes[path[1].index];
-        const std::string slot = std::to_string(slots[env]);
-        std::string rest;
-        const bool final = path[0].key == "final";
-        for (std::size_t i = final ? 3 : 2; i < path.size(); ++i) rest += path[i].text;
-        if (final) {
-          const bool observation = path.size() >= 3 && path[2].is_index && path[2].index == 0;
-          label = std::string("the final ") + (observation ? "observation" : "info") + " of slot " + slot + rest;
-        } else {
-          label = std::string("the ") + (path[0].key == "obs" ? "observation" : "info") + " of slot " + slot + rest;
-        }
+Status Client::Impl::SendResult(std::uint64_t seq, const std::vector<std::size_t>& indexes, std::vector<Value> infos,
+                                std::vector<Value> finals, CommandError* error,
+                                std::vector<std::optional<Status>>* failures) {
+  std::vector<Value> observations;
+  if (!hosted->observation_has_layout()) observations = hosted->ObservationList(indexes).items();
+  // With FLAG_EACH a value that cannot travel is the error of its env alone: its entries are blanked and the
+  // value encoded again (each round blanks one more env); without, it is the error of the whole command.
+  for (std::size_t round = 0; round <= indexes.size(); ++round) {
+    Value extra = Value::Dict();
+    if (!hosted->observation_has_layout()) extra.Set("obs", Value::List(observations));
+    bool any_info = false;
+    for (const Value& info : infos) any_info = any_info || NonEmptyDict(info);
+    if (any_info) extra.Set("infos", Value::List(infos));
+    if (!finals.empty()) extra.Set("final", Value::List(finals));
+    bool any_failure = false;
+    if (failures != nullptr) {
+      Value::Items reports;
+      for (const std::optional<Status>& failure : *failures) {
+        reports.push_back(failure ? ErrorReport(*failure) : Value());
+        any_failure = any_failure || failure.has_value();
       }
-      const std::string reason = EncodeReason(status, path);
-      *error = CommandError{env, Status::EnvError("EncodeError", "cannot send " + label + ": " + reason,
-                                                  "gym_remote.errors")};
-      return SendError(seq, *error, false);
+      if (any_failure) extra.Set("errors", Value::List(std::move(reports)));
     }
-    frames.push_back(std::move(encoded.body));
-    for (std::string_view buffer : encoded.buffers) frames.emplace_back(buffer);
+    const bool has_value = !extra.entries().empty();
+    std::vector<std::string> frames;
+    hosted->ResultFrames(seq, has_value ? kFlagValue : 0, indexes, &frames);
+    if (has_value) {
+      EncodedValue encoded;
+      std::vector<PathStep> path;
+      Status status = EncodeValue(extra, &encoded, "", &path);
+      if (!status.ok()) {  // reported as the error of the env whose value cannot travel
+        std::string label = "the result";
+        std::size_t env = kNoEnv, position = indexes.size();
+        if (path.size() >= 2 && path[1].is_index && path[1].index < indexes.size()) {
+          position = path[1].index;
+          env = indexes[position];
+          const std::string slot = std::to_string(slots[env]);
+          std::string rest;
+          const bool final = path[0].key == "final";
+          for (std::size_t i = final ? 3 : 2; i < path.size(); ++i) rest += path[i].text;
+          if (final) {
+            const bool observation = path.size() >= 3 && path[2].is_index && path[2].index == 0;
+            label = std::string("the final ") + (observation ? "observation" : "info") + " of slot " + slot + rest;
+          } else {
+            label = std::string("the ") + (path[0].key == "obs" ? "observation" : "info") + " of slot " + slot + rest;
+          }
+        }
+        const std::string reason = EncodeReason(status, path);
+        *error = CommandError{env, Status::EnvError("EncodeError", "cannot send " + label + ": " + reason,
+                                                    "gym_remote.errors")};
+        if (failures == nullptr || position == indexes.size() || path[0].key == "errors") {
+          return SendError(seq, *error, false);
+        }
+        Log(LogLevel::kError, Prefix() + "EncodeError: " + error->status.message());
+        (*failures)[position] = error->status;
+        infos[position] = Value::Dict();
+        if (!finals.empty()) finals[position] = Value();
+        if (!observations.empty()) observations[position] = Value();
+        continue;
+      }
+      frames.push_back(std::move(encoded.body));
+      for (std::string_view buffer : encoded.buffers) frames.emplace_back(buffer);
+    }
+    Status sizes = CheckSizes(frames);
+    if (!sizes.ok()) return SendError(seq, CommandError{kNoEnv, sizes}, false);
+    return connection->Send(frames);
   }
-  Status sizes = CheckSizes(frames);
-  if (!sizes.ok()) return SendError(seq, CommandError{kNoEnv, sizes}, false);
-  return connection->Send(frames);
+  return SendError(seq, *error, false);
 }
 
 Status Client::Impl::SendCallResult(std::uint64_t seq, const std::vector<std::size_t>& indexes, Value results) {
@@ -991,22 +1026,29 @@ Status Client::Impl::SendCallResult(std::uint64_t seq, const std::vector<std::si
   return connection->Send(frames);
 }
 
-Status Client::Impl::SendError(std::uint64_t seq, const CommandError& error, bool expected) {
-  std::string type = error.status.type(), module = error.status.module();
-  if (error.status.code() != StatusCode::kEnvError) {
-    const bool ours = error.status.code() == StatusCode::kProtocolError || error.status.code() == StatusCode::kEncodeError;
-    type = error.status.code() == StatusCode::kEncodeError ? "EncodeError"
-           : ours                                          ? "ProtocolError"
-                                                           : "RuntimeError";
+// What an ERROR (or a RESULT's `errors` entry) tells of a failure: {"type", "module", "message", "traceback"}.
+Value Client::Impl::ErrorReport(const Status& status) const {
+  std::string type = status.type(), module = status.module();
+  if (status.code() != StatusCode::kEnvError) {
+    const bool ours = status.code() == StatusCode::kProtocolError || status.code() == StatusCode::kEncodeError;
+    type = status.code() == StatusCode::kEncodeError ? "EncodeError"
+           : ours                                    ? "ProtocolError"
+                                                     : "RuntimeError";
     module = ours ? "gym_remote.errors" : "builtins";
   }
   if (type.empty()) type = "RuntimeError";
   Value report = Value::Dict();
   report.Set("type", Value::String(type));
   report.Set("module", module.empty() ? Value() : Value::String(module));
-  report.Set("message", Value::String(error.status.message()));
+  report.Set("message", Value::String(status.message()));
   report.Set("traceback", Value::String("Traceback: not available (raised in the C++ client " + options.name +
-                                        ")\n" + type + ": " + error.status.message() + "\n"));
+                                        ")\n" + type + ": " + status.message() + "\n"));
+  return report;
+}
+
+Status Client::Impl::SendError(std::uint64_t seq, const CommandError& error, bool expected) {
+  Value report = ErrorReport(error.status);
+  const std::string type = report.Find("type")->text();
   report.Set("index", error.index == kNoEnv ? Value() : Value::Int(static_cast<std::int64_t>(error.index)));
   report.Set("name", Value::String(options.name));
   report.Set("launch", Value());

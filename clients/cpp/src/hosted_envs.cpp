@@ -274,9 +274,11 @@ bool HostedEnvs::Reset(const std::vector<std::size_t>& indexes, const std::vecto
 }
 
 bool HostedEnvs::Step(const std::vector<std::size_t>& indexes, const std::vector<Value>& actions,
-                      std::vector<Value>* infos, std::vector<Value>* finals, CommandError* error) {
+                      std::vector<Value>* infos, std::vector<Value>* finals, CommandError* error,
+                      std::vector<std::optional<Status>>* each) {
   infos->clear();
   finals->clear();
+  if (each != nullptr) each->assign(indexes.size(), std::nullopt);
   for (std::size_t position = 0; position < indexes.size(); ++position) {
     const std::size_t index = indexes[position];
     Env& env = *envs_[index];
@@ -290,15 +292,25 @@ bool HostedEnvs::Step(const std::vector<std::size_t>& indexes, const std::vector
         status = TypeError("step() returned an info that is not a dict: " + result.info.TypeName());
       }
       if (status.ok() && mode_ == AutoresetMode::kSameStep && (result.terminated || result.truncated)) {
-        if (finals->empty()) finals->assign(indexes.size(), Value());
         Value obs, info;
         status = ResetOne(index, std::nullopt, nullptr, &obs, &info);
-        (*finals)[position] = Value::Tuple({std::move(result.observation), std::move(result.info)});
-        result.observation = std::move(obs);
-        result.info = std::move(info);
+        if (status.ok()) {
+          if (finals->empty()) finals->assign(indexes.size(), Value());
+          (*finals)[position] = Value::Tuple({std::move(result.observation), std::move(result.info)});
+          result.observation = std::move(obs);
+          result.info = std::move(info);
+        }
       }
     }
     if (status.ok()) status = WriteObservation(index, result.observation);
+    if (!status.ok() && each != nullptr) {
+      (*each)[position] = status;
+      (void)WriteObservation(index, env_obs_[index]);  // its rows hold its last observation again
+      rewards_[index] = 0.0;
+      terminated_[index] = truncated_[index] = false;
+      infos->push_back(Value::Dict());
+      continue;
+    }
     if (!status.ok()) {
       *error = CommandError{index, status};
       return false;

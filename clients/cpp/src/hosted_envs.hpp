@@ -57,9 +57,11 @@ class HostedEnvs {
   bool Reset(const std::vector<std::size_t>& indexes, const std::vector<Value>& seeds, const Value* options,
              std::vector<Value>* infos, CommandError* error);
   // STEP of the envs `indexes` with `actions` (one per env). Sets `infos` and, if an episode ended in
-  // SAME_STEP mode, `finals` (one per env: None or (final_obs, final_info)).
+  // SAME_STEP mode, `finals` (one per env: None or (final_obs, final_info)). An env that fails stops the
+  // step (false, `error`); with `each` (FLAG_EACH, PROTOCOL.md §5.6) the others are stepped all the same and
+  // `each` gets, per env, the failure or nothing (a failed env keeps its observation and autoreset flag).
   bool Step(const std::vector<std::size_t>& indexes, const std::vector<Value>& actions, std::vector<Value>* infos,
-            std::vector<Value>* finals, CommandError* error);
+            std::vector<Value>* finals, CommandError* error, std::vector<std::optional<Status>>* each = nullptr);
   // CALL `name` (query: "" for a plain call, else the query's name).
   bool Call(const std::vector<std::size_t>& indexes, const std::string& name, const std::string& query,
             std::vector<Value>* results, CommandError* error);

@@ -43,6 +43,7 @@ constexpr std::uint16_t kFlagValue = 0x1;   // a value section follows
 constexpr std::uint16_t kFlagDtypes = 0x2;  // STEP: the action frames' dtypes follow the header
 constexpr std::uint16_t kFlagSubset = 0x4;  // frame 1 is an index frame
 constexpr std::uint16_t kFlagCrowded = 0x8;  // commands: the server has no core to spare for a client's spin
+constexpr std::uint16_t kFlagEach = 0x10;    // STEP: each env stands alone (errors listed in the RESULT)
 
 struct Header {
   std::uint8_t version = kProtocolVersion;
