@@ -22,8 +22,8 @@ needs the C++ clients built (``clients/cpp``) and a C compiler with libzmq's hea
 from __future__ import annotations
 
 import argparse
-import hashlib
-import os
+import atexit
+import shutil
 import signal
 import statistics
 import subprocess
@@ -58,14 +58,18 @@ def missing() -> str | None:
 
 
 def echo_client() -> Path:
-    """The echo client's program, built once per version of its source (in the temporary directory)."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    program = Path(tempfile.gettempdir()) / f"gym-remote-echo-client-{digest}"
-    if not program.exists():
-        partial = program.with_suffix(f".{os.getpid()}")
-        subprocess.run(["cc", "-O2", "-o", str(partial), str(SOURCE), "-lzmq"], check=True)
-        partial.replace(program)
-    return program
+    """The echo client's program, built on first use into a temporary directory removed when this process exits."""
+    global _echo_client
+    if _echo_client is None:
+        directory = tempfile.mkdtemp(prefix="gym-remote-echo-client-")
+        atexit.register(shutil.rmtree, directory, True)
+        program = Path(directory) / "echo_client"
+        subprocess.run(["cc", "-O2", "-o", str(program), str(SOURCE), "-lzmq"], check=True, capture_output=True)
+        _echo_client = program
+    return _echo_client
+
+
+_echo_client: Path | None = None
 
 
 class Fleet:

@@ -927,12 +927,12 @@ class MalformedResultClient(EnvClient):
         self.break_at = break_at
         self.results = 0
 
-    def _send_result(self, hosted, seq, infos, finals, indexes=None) -> None:
+    def _send_result(self, hosted, seq, infos, finals, indexes=None, errors=None) -> None:
         self.results += 1
         if self.results == self.break_at:
             self._send([protocol.pack_header(Kind.RESULT, seq, count=hosted.count + 1)], "RESULT")
             return
-        super()._send_result(hosted, seq, infos, finals, indexes)
+        super()._send_result(hosted, seq, infos, finals, indexes, errors)
 
 
 @pytest.mark.timeout(120)
