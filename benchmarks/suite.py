@@ -322,18 +322,25 @@ def scaling(steps: int, repeats: int, sizes: list[int]) -> Case:
 
 
 def partial(seconds: float, repeats: int) -> Case:
+    """Partial batches against lock-step: 8 envs of different speeds, one client each (where partial batches
+    are for); and CartPole over 2 clients, 8 envs in batches of 4 and 16 in batches of 8 (where they cost)."""
     case = Case("partial", "Partial batches: 8 envs, half take 10 ms a step, the others 1 ms", "env-steps/s", "")
     env_fns = [lambda delay=0.001 * (10 if slot % 2 else 1): partial_case.Sleepy(delay) for slot in range(8)]
+    lock_step = lambda envs: partial_case.lock_step(envs, seconds)  # noqa: E731
+    partial_batches = lambda envs: partial_case.partial_batches(envs, seconds)  # noqa: E731
     cases = {
-        "lock-step step()": (
-            lambda: RemoteVectorEnv(env_fns, num_clients=8),
-            lambda envs: partial_case.lock_step(envs, seconds),
-        ),
-        "send/recv, batch_size=4": (
-            lambda: RemoteVectorEnv(env_fns, num_clients=8, batch_size=4),
-            lambda envs: partial_case.partial_batches(envs, seconds),
-        ),
+        "lock-step step()": (lambda: RemoteVectorEnv(env_fns, num_clients=8), lock_step),
+        "send/recv, batch_size=4": (lambda: RemoteVectorEnv(env_fns, num_clients=8, batch_size=4), partial_batches),
     }
+    plane = "uds" if "uds" in transports() else "ipc"
+    for num_envs in (8, 16):
+        cartpoles = [lambda: gym.make("CartPole-v1")] * num_envs
+        label = f"CartPole, {num_envs} envs, 2 clients ({plane})"
+        cases[f"{label}: lock-step step()"] = (lambda fns=cartpoles: remote(fns, plane, num_clients=2), lock_step)
+        cases[f"{label}: send/recv, batch_size={num_envs // 2}"] = (
+            lambda fns=cartpoles: remote(fns, plane, num_clients=2, batch_size=len(fns) // 2),
+            partial_batches,
+        )
     case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     case.baseline = "lock-step step()"
     return case
@@ -434,7 +441,11 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
             if zmq_label in training:
                 add(f"while training: {label} / {zmq_label}", training[label] / training[zmq_label], 1.0, label)
     if "partial" in cases:
+        medians = cases["partial"].medians
         add("partial batches, batch_size=4 / lock-step", cases["partial"].ratios()["send/recv, batch_size=4"], 1.5, "")
+        for label in [label for label in medians if label.startswith("CartPole") and "send/recv" in label]:
+            lock_step = label.split(": ")[0] + ": lock-step step()"
+            add(f"partial batches, {label} / lock-step", medians[label] / medians[lock_step], 1.0, lock_step)
     if "scale" in cases:
         scaled = cases["scale"]
         cpu, join = scaled.details["learner CPU µs per message"], scaled.details["join seconds (slowest run)"]
