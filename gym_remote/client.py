@@ -158,12 +158,12 @@ class HostedEnvs:
 
         ``finals`` is None unless an env's episode ended in SAME_STEP mode; then it holds, per env
         stepped, None or the (final_obs, final_info) of the ended episode. An env that raises stops the
-        step (:class:`EnvFailure`); with ``each`` (PROTOCOL.md §5.6) the others are stepped all the same,
-        and ``errors`` holds, per env stepped, None or what it raised (``errors`` is None if none raised).
+        step (:class:`EnvFailure`), and ``errors`` is None; with ``each`` (PROTOCOL.md §5.6) the others are
+        stepped all the same, and ``errors`` holds, per env stepped, None or what it raised.
         """
         infos: list[dict] = []
         finals: list[tuple[Any, dict] | None] | None = None
-        errors: list[Exception | None] | None = None
+        errors: list[Exception | None] | None = [None] * len(actions) if each else None
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         envs, env_obs, autoreset = self.envs, self.env_obs, self.autoreset
@@ -189,10 +189,8 @@ class HostedEnvs:
                 if each:
                     result.rewards[index] = reward  # (a reward that is not a number is this env's error)
             except Exception as error:
-                if not each:
-                    raise EnvFailure(index, error) from error
                 if errors is None:
-                    errors = [None] * len(actions)
+                    raise EnvFailure(index, error) from error
                 errors[position] = error  # (it keeps its observation and autoreset flag; its row is 0)
                 infos.append({})
                 rewards.append(0.0)
@@ -950,8 +948,8 @@ class EnvClient:
         indexes: list[int] | None = None,
         errors: list[Exception | None] | None = None,
     ) -> None:
-        """Send the RESULT of the envs ``indexes`` (all if None), in that order; ``errors``: those its envs raised
-        (a STEP with FLAG_EACH: one that cannot be encoded is added to them, PROTOCOL.md §5.6)."""
+        """Send the RESULT of the envs ``indexes`` (all if None), in that order; ``errors``: for a STEP with
+        FLAG_EACH, what each env raised or None (a value that cannot be encoded is added, PROTOCOL.md §5.6)."""
         extra: dict[str, Any] = {}
         if hosted.observations is None:
             extra["obs"] = hosted.env_obs if indexes is None else [hosted.env_obs[index] for index in indexes]
@@ -960,7 +958,7 @@ class EnvClient:
         if finals is not None:
             extra["final"] = finals
         envs = hosted.selected(indexes)
-        if errors is not None:
+        if errors is not None and any(error is not None for error in errors):
             for position, error in enumerate(errors):
                 if error is not None:
                     self._log_error(error, envs[position])

@@ -76,17 +76,17 @@ class SlotTable:
         self._arrivals = 0
 
     def slots_in(self, state: SlotState) -> list[int]:
-        return (self.state == int(state)).nonzero()[0].tolist()
+        return (self.state == int(state)).nonzero()[0].tolist()  # (numpy compares an IntEnum slowly)
 
     @property
     def parked(self) -> dict[int, Parked]:
         """The PARKED slots and their commands."""
-        return {slot: self._parked[slot] for slot in (self.state == _PARKED).nonzero()[0].tolist()}
+        return {slot: self._parked[slot] for slot in self.slots_in(SlotState.PARKED)}
 
     @property
     def in_flight(self) -> dict[int, Exchange]:
         """The IN_FLIGHT slots and their exchanges."""
-        return {slot: self._exchange[slot] for slot in (self.state == _IN_FLIGHT).nonzero()[0].tolist()}
+        return {slot: self._exchange[slot] for slot in self.slots_in(SlotState.IN_FLIGHT)}
 
     @property
     def ready(self) -> list[int]:

@@ -396,7 +396,7 @@ def test_an_env_that_raises_stops_a_step_unless_each_env_stands_alone(each):
     assert hosted.observations[:, 0].tolist() == [2.0, 1.0, 2.0]  # the failed env keeps its observation
     assert hosted.autoreset == [True, False, True]
     infos, finals, errors = hosted.step([0, 1, 1], [1, 0, 2], each=True)  # in its own order; autoresets
-    assert errors is None and [env.unwrapped.steps for env in hosted.envs] == [0, 2, 0]
+    assert errors == [None, None, None] and [env.unwrapped.steps for env in hosted.envs] == [0, 2, 0]
 
 
 @pytest.mark.timeout(60)

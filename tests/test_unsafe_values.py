@@ -75,6 +75,30 @@ def test_unencodable_info_fails_the_step_with_its_place_and_slot():
         remote.close()
 
 
+def test_an_unencodable_info_in_partial_batches_costs_no_other_slot_of_its_command_its_result():
+    fns = [lambda: OpaqueInfoEnv(on_step=1), cartpole]  # one client: one command for both slots
+    remote = RemoteVectorEnv(fns, num_clients=1, batch_size=1, allow_pickle=False)
+    twin = cartpole()
+    try:
+        remote.async_reset(seed=0)
+        returned = {}
+        for _ in range(2):
+            obs, *_, infos = remote.recv()
+            returned[int(infos["env_id"][0])] = obs[0]
+        assert data_equivalence(returned[1], twin.reset(seed=1)[0])  # (async_reset seeds slot s with seed + s)
+        remote.send(np.array([0, 1]), [0, 1])
+        with pytest.raises(RemoteEnvError, match=r"step failed in slot 0 .*the info of slot 0\['stats'\]") as raised:
+            remote.recv()
+        assert raised.value.remote_type == "EncodeError" and raised.value.slot == 0
+        obs, rewards, _, _, infos = remote.recv()  # slot 1 was stepped, and its result came
+        assert infos["env_id"].tolist() == [1]
+        assert data_equivalence(obs[0], twin.step(1)[0])
+        remote.send(np.array([0]), [0])  # slot 0 takes actions again
+        assert remote.recv()[4]["env_id"].tolist() == [0]
+    finally:
+        remote.close()
+
+
 def test_trusted_local_clients_pickle_what_the_safe_encoding_cannot():
     remote = RemoteVectorEnv([cartpole, lambda: OpaqueInfoEnv(on_step=1)], num_clients=2)
     try:
