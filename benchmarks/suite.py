@@ -63,18 +63,24 @@ class Case:
         return {label: value / self.medians[self.baseline] for label, value in self.medians.items()}
 
 
+DATA_PLANES = ("shm", "uds")
+
+
 def transports() -> tuple[str, ...]:
-    """RemoteVectorEnv's transports to local clients: ``uds``, the same-host data plane (Unix sockets; Linux
-    only), and ZeroMQ with the data plane off, over ``ipc://`` and over ``tcp://`` loopback."""
-    return ("uds", "ipc", "tcp") if channel.AVAILABLE else ("ipc", "tcp")
+    """RemoteVectorEnv's transports to local clients: ``shm``, the same-host data plane with shared-memory
+    mailboxes (the default; x86-64 Linux), ``uds``, its Unix socket alone (Linux), and ZeroMQ with the data
+    plane off, over ``ipc://`` and over ``tcp://`` loopback."""
+    planes = tuple(plane for plane in DATA_PLANES if channel.wanted(plane) == plane)
+    return (*planes, "ipc", "tcp")
 
 
 def remote(env_fns: list[Callable[[], gym.Env]], transport: str, **kwargs: Any) -> RemoteVectorEnv:
     """A RemoteVectorEnv with local clients over ``transport`` (of :func:`transports`), checked: every slot's
-    commands travel over the plane the label says (``uds``, or ZeroMQ for ``ipc`` and ``tcp``)."""
+    commands travel over the plane the label says (``shm``, ``uds``, or ZeroMQ for ``ipc`` and ``tcp``)."""
     bind = "tcp://127.0.0.1:*" if transport == "tcp" else None
-    envs = RemoteVectorEnv(env_fns, bind=bind, data_plane=transport == "uds", **kwargs)
-    expected = "uds" if transport == "uds" else "zmq"
+    data_plane = transport if transport in DATA_PLANES else False
+    envs = RemoteVectorEnv(env_fns, bind=bind, data_plane=data_plane, **kwargs)
+    expected = transport if transport in DATA_PLANES else "zmq"
     planes = {row.get("plane") for row in envs.stats()}
     if planes != {expected}:
         envs.close()
@@ -84,7 +90,7 @@ def remote(env_fns: list[Callable[[], gym.Env]], transport: str, **kwargs: Any) 
 
 def vector_envs(make_env: Callable[[], gym.Env], num_envs: int) -> dict[str, Callable[[], gym.vector.VectorEnv]]:
     """The vector envs every case compares: Sync, Async with shared memory, and RemoteVectorEnv with
-    local clients over the same-host data plane (uds) and over ZeroMQ (ipc, tcp loopback), each with
+    local clients over the same-host data plane (shm, uds) and over ZeroMQ (ipc, tcp loopback), each with
     1 client, one per core, and one per env."""
     env_fns = [make_env] * num_envs
     layouts = {"1 client": 1, f"{min(CORES, num_envs)} clients (1/core)": min(CORES, num_envs)}
@@ -218,7 +224,7 @@ def transport_floor(steps: int, repeats: int) -> Case:
     Each ZeroMQ pair (RemoteVectorEnv with the data plane off, over ipc and tcp, and its echo) waits for
     replies the same way: RemoteVectorEnv's default ``spin`` busy-checks for them when a core is left for
     it (1 client here), and so does its echo; with 1 client the pair that sleeps in libzmq (``spin=0``)
-    is measured too. On Linux RemoteVectorEnv over the same-host data plane (uds, default spin and
+    is measured too. On Linux RemoteVectorEnv over the same-host data plane (shm and uds, default spin and
     ``spin=0``) stands next to the raw floors below ZeroMQ: a Unix socket and shared memory.
     """
     case = Case(
@@ -229,9 +235,8 @@ def transport_floor(steps: int, repeats: int) -> Case:
     workdir = scratch.name
     raw = {"raw uds": raw_transports.uds_steps_per_second, "raw shm": raw_transports.shm_steps_per_second}
     # each ZeroMQ layout next to its raw pyzmq echo; the data plane (uds) between the raw floors below ZeroMQ
-    order = ["ipc", "tcp"] + (
-        ["raw uds", *(["uds"] if "uds" in transports() else []), "raw shm"] if raw_transports.available() else []
-    )
+    data_planes = [plane for plane in DATA_PLANES if plane in transports()]
+    order = ["ipc", "tcp"] + (["raw uds", *data_planes, "raw shm"] if raw_transports.available() else [])
     cases = {}
     for clients in (1, CORES):
         spin_by_default = default_spin(clients)
@@ -247,7 +252,7 @@ def transport_floor(steps: int, repeats: int) -> Case:
                 continue
             for spin in sorted({spin_by_default, 0.0}, reverse=True):
                 label = f"{transport}, {layout}" + (", spin=0" if spin != spin_by_default else "")
-                if transport != "uds":
+                if transport not in DATA_PLANES:
                     address = f"ipc://{workdir}/echo-{clients}" if transport == "ipc" else "tcp://127.0.0.1:*"
                     cases[f"raw echo {label}"] = echo_case(clients, 8 // clients, (16, 8), steps, address, spin)
                 cases[f"Remote {label}"] = (
@@ -269,8 +274,8 @@ def transport_floor(steps: int, repeats: int) -> Case:
 
 def while_training(steps: int, repeats: int) -> Case:
     """CartPole, 8 envs, stepped while a trainer thread keeps a core busy in the learner's process:
-    Sync, Async, and RemoteVectorEnv with 1 local client over the same-host data plane (uds) and over
-    ZeroMQ (ipc), each with its default ``spin`` and with ``spin=0``, and over uds with 2 clients.
+    Sync, Async, and RemoteVectorEnv with 1 local client over the same-host data plane (shm, uds) and over
+    ZeroMQ (ipc), each with its default ``spin`` and with ``spin=0``, and over the data plane with 2 clients.
     A wake-up scheme that wins on an idle machine and collapses next to training shows here."""
     case = Case(
         "training", "CartPole-v1, 8 envs, while a trainer thread keeps a core busy", "env-steps/s", "AsyncVectorEnv"
@@ -290,8 +295,9 @@ def while_training(steps: int, repeats: int) -> Case:
                 lambda transport=transport, spin=spin: remote(env_fns, transport, num_clients=1, spin=spin),
                 measure,
             )
-    if "uds" in transports():
-        cases["Remote uds, 2 clients"] = (lambda: remote(env_fns, "uds", num_clients=2), measure)
+    for plane in DATA_PLANES:
+        if plane in transports():
+            cases[f"Remote {plane}, 2 clients"] = (lambda plane=plane: remote(env_fns, plane, num_clients=2), measure)
     case.medians = interleaved_medians(cases, repeats, runs=case.runs)
     return case
 
@@ -332,7 +338,7 @@ def partial(seconds: float, repeats: int) -> Case:
         "lock-step step()": (lambda: RemoteVectorEnv(env_fns, num_clients=8), lock_step),
         "send/recv, batch_size=4": (lambda: RemoteVectorEnv(env_fns, num_clients=8, batch_size=4), partial_batches),
     }
-    plane = "uds" if "uds" in transports() else "ipc"
+    plane = transports()[0]  # the default plane of local clients
     for num_envs in (8, 16):
         cartpoles = [lambda: gym.make("CartPole-v1")] * num_envs
         label = f"CartPole, {num_envs} envs, 2 clients ({plane})"
@@ -404,16 +410,20 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
             puffer, puffer_rate = best(cases[key], "PufferLib")
             detail = f"{remote}; {puffer}"
             add(f"{text}: best Remote layout / PufferLib's best row", remote_rate / puffer_rate, 1.0, detail)
-        if any(label.startswith("Remote uds") for label in medians):  # informative: the data plane's gain
-            uds, uds_rate = best(cases[key], "Remote uds")
-            zmq_label, zmq_rate = best(cases[key], "Remote ipc", "Remote tcp")
-            add(f"{text}: best Remote uds layout / best ZeroMQ layout", uds_rate / zmq_rate, 1.0, f"{uds}; {zmq_label}")
+        for plane in DATA_PLANES:  # informative: the data plane's gain
+            if any(label.startswith(f"Remote {plane}") for label in medians):
+                found, found_rate = best(cases[key], f"Remote {plane}")
+                zmq_label, zmq_rate = best(cases[key], "Remote ipc", "Remote tcp")
+                add(
+                    f"{text}: best Remote {plane} layout / best ZeroMQ layout",
+                    found_rate / zmq_rate,
+                    1.0,
+                    f"{found}; {zmq_label}",
+                )
     if "busy" in cases:
         busy = cases["busy"].medians
         workers = pipe_workers_label(min(CORES, 8))
-        layout = f"Remote uds, {min(CORES, 8)} clients (1/core)"
-        if layout not in busy:  # no data plane here: the ZeroMQ layout
-            layout = layout.replace("uds", "ipc", 1)
+        layout = f"Remote {transports()[0]}, {min(CORES, 8)} clients (1/core)"  # the default plane's layout
         add(f"1 ms env, 8 envs: {layout} / SyncVectorEnv", busy[layout] / busy["SyncVectorEnv"], 1.6, layout)
         add(
             f"1 ms env, {min(CORES, 8)} clients: {layout} / plain workers over pipes",
@@ -423,7 +433,8 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
         )
     if "floor" in cases:
         floor = cases["floor"].medians
-        for label in [label for label in floor if label.startswith("Remote") and not label.startswith("Remote uds")]:
+        zeromq_rows = [label for label in floor if label.startswith(("Remote ipc", "Remote tcp"))]
+        for label in zeromq_rows:
             echo = floor["raw echo " + label.removeprefix("Remote ")]
             add(f"transport floor, {label}: step time / raw echo's", echo / floor[label], 1.5, label, at_most=True)
         if {"Remote uds, 1 client", "raw uds, 1 client"} <= set(floor):
@@ -436,8 +447,8 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
             )
     if "training" in cases:
         training = cases["training"].medians
-        for label in [label for label in training if label.startswith("Remote uds")]:
-            zmq_label = label.replace("Remote uds", "Remote ipc", 1)
+        for label in [label for label in training if label.startswith(("Remote shm", "Remote uds"))]:
+            zmq_label = "Remote ipc, " + label.split(", ", 1)[1]
             if zmq_label in training:
                 add(f"while training: {label} / {zmq_label}", training[label] / training[zmq_label], 1.0, label)
     if "partial" in cases:
@@ -499,7 +510,7 @@ def plot(cases: dict[str, Case], path: Path) -> bool:
     figure, axes = plt.subplots(len(cases), 1, figsize=(10, 3.2 * len(cases)), squeeze=False)
     for axis, case in zip(axes[:, 0], cases.values(), strict=True):
         if case.name == "scaling":
-            for kind in ("SyncVectorEnv", "AsyncVectorEnv", "Remote uds", "Remote ipc"):
+            for kind in ("SyncVectorEnv", "AsyncVectorEnv", "Remote shm", "Remote uds", "Remote ipc"):
                 points = [
                     (int(label.rsplit(", ", 1)[1].split()[0]), value)
                     for label, value in case.medians.items()
@@ -553,7 +564,9 @@ def main() -> None:
         )
         return
     if "uds" not in transports():
-        print("The same-host data plane needs Linux: no Remote uds rows.")
+        print("The same-host data plane needs Linux: no Remote shm or uds rows.")
+    elif "shm" not in transports():
+        print("Shared-memory mailboxes need x86-64 Linux: no Remote shm rows.")
     chosen = [name.strip() for name in args.cases.split(",") if name.strip()]
     unknown = sorted(set(chosen) - set(ALL_CASES))
     if unknown:

@@ -381,7 +381,7 @@ class EnvClient:
         server_key: KeySource | None = None,
         client_key: KeySource | None = None,
         secret: str | bytes | None = None,
-        data_plane: bool | None = None,
+        data_plane: bool | str | None = None,
         spin: float = 0.0,
         _launch: dict[str, Any] | None = None,
     ) -> None:
@@ -655,7 +655,7 @@ class EnvClient:
             if header.kind != Kind.PING:
                 logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
         welcome = protocol.read_value(message.rest())
-        self._take_data_channel(welcome.get("data_channel") is True)
+        self._take_data_channel(welcome.get("data_channel") is True, welcome.get("shared_memory") is True)
         self._trusted = bool(welcome["allow_pickle"])
         self._max_message_bytes = welcome.get("max_message_bytes")
         self.slots = list(welcome["slots"])
@@ -694,7 +694,8 @@ class EnvClient:
         logger.info("client %s: connecting to %s with %d envs", self.name, self.address, hosted.count)
         self._wait_for_handshake(deadline)
         if self.data_plane:
-            reason, unexpected = self._connection.open_channel(self._max_message_bytes or (1 << 62))
+            block_bytes = _block_bytes(hosted) if self.data_plane == "shm" else None
+            reason, unexpected = self._connection.open_channel(self._max_message_bytes or (1 << 62), block_bytes)
             if reason:
                 self._no_data_channel(f"no data channel for this address ({reason})", unexpected)
         hello = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")
@@ -718,11 +719,13 @@ class EnvClient:
                 raise self._no_answer()
             self._receive(0.05)  # wakes on the connection's events too
 
-    def _take_data_channel(self, taken: bool) -> None:
-        """Use the data channel if the WELCOME took it; else close it (saying why, once)."""
+    def _take_data_channel(self, taken: bool, shared_memory: bool) -> None:
+        """Use the data channel (and its shared block) if the WELCOME took it; else close it (saying why, once)."""
         connection = self._connection
         if taken and connection.channel is not None:
-            connection.use_channel()
+            if connection.block is not None and not shared_memory:
+                logger.info("client %s: the server did not take the shared block; serving over the socket", self.name)
+            connection.use_channel(shared_memory)
             return
         if connection.channel is not None:
             self._no_data_channel("the server did not take this client's data channel", unexpected=True)
@@ -1059,6 +1062,25 @@ def _shared_envs(envs: Sequence[gym.Env]) -> list[int]:
     for position, env in enumerate(envs):
         positions.setdefault(id(env.unwrapped), []).append(position)
     return sorted(position for group in positions.values() if len(group) > 1 for position in group)
+
+
+def _block_bytes(hosted: HostedEnvs) -> tuple[int, int]:
+    """The bytes of a STEP's actions and of a RESULT's arrays, for all of ``hosted``'s envs: what a shared
+    block's lanes are sized for (a message that does not fit travels on the socket)."""
+    actions = sum(_array_bytes(env.action_space) for env in hosted.envs)
+    results = sum(_array_bytes(env.observation_space) + 8 + 2 for env in hosted.envs)
+    return actions, results
+
+
+def _array_bytes(space: gym.Space) -> int:
+    """The bytes of one value of ``space`` as arrays (0 for spaces whose values travel in the value section)."""
+    if isinstance(space, gym.spaces.Dict):
+        return sum(_array_bytes(part) for part in space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return sum(_array_bytes(part) for part in space.spaces)
+    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
+        return int(np.prod(space.shape, dtype=np.int64)) * np.dtype(space.dtype).itemsize
+    return 0
 
 
 def error_report(error: BaseException) -> dict[str, str]:

@@ -65,7 +65,9 @@ class ClientInfo:
     launch_index: int | None = None
     peer_address: str = ""
     key: str = ""  # the name of the CURVE key it authenticated with ("" without authentication)
-    plane: str = "zmq"  # where its commands travel: "zmq", or "uds" (the same-host data channel)
+    plane: str = (
+        "zmq"  # where its commands travel: "zmq", "uds" (the same-host data channel), "shm" (and its mailboxes)
+    )
     rejoins: int = 0
     dtypes: frozenset[np.dtype] | None = None  # the dtypes it accepts in a STEP's array frames (None: any)
     joined_at: float = field(default_factory=time.monotonic)

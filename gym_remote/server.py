@@ -876,7 +876,7 @@ class SlotServer:
             client.pid,
             client.peer_address or "local",
             f", key {client.key!r}" if client.key else "",
-            "its data channel" if client.plane == "uds" else "ZeroMQ",
+            _PLANE_NAMES[client.plane],
             self.members.served,
             self.num_envs,
         )
@@ -894,7 +894,7 @@ class SlotServer:
         self._links[identity] = _Links(route, channel if channel is not None else route)
         if channel is not None:
             self.mux.add(identity, channel)
-            client.plane = "uds"
+            client.plane = channel.plane
 
     def _drop_links(self, identity: bytes) -> None:
         """Forget the links of ``identity`` (a member's, or the channel a client in line offered) and close
@@ -936,6 +936,12 @@ class SlotServer:
     def _welcome(self, client: ClientInfo) -> bool:
         """Send ``client`` its WELCOME; False if it cannot be reached any more."""
         observation_space, action_space = self.members.spaces_for(client)
+        offered = self._offered.get(client.identity)
+        if offered is not None and offered.block_fd >= 0:
+            refused = offered.attach_block()
+            if refused and client.name not in self._unclaimed_channels:  # (once per client name)
+                self._unclaimed_channels.add(client.name)
+                logger.warning("%s: %s; it is served over its data channel's socket", client.describe(), refused)
         welcome = {
             "protocol": protocol.PROTOCOL_VERSION,
             "server": self.name,
@@ -949,7 +955,8 @@ class SlotServer:
             "liveness_timeout": self.liveness_timeout,
             "reset_first": self.members.reset_first,
             "max_message_bytes": self.max_message_bytes,
-            "data_channel": client.identity in self._offered or client.plane == "uds",
+            "data_channel": offered is not None or client.plane != "zmq",
+            "shared_memory": (offered.plane if offered is not None else client.plane) == "shm",
         }
         return self._try_send(client.identity, protocol.message(Kind.WELCOME, welcome))
 
@@ -989,6 +996,9 @@ class SlotServer:
 
 
 _REPLY_KINDS = frozenset((Kind.RESULT, Kind.CALL_RESULT, Kind.ERROR))
+
+
+_PLANE_NAMES = {"zmq": "ZeroMQ", "uds": "its data channel", "shm": "its data channel and shared memory"}
 
 
 def _kind_of(header: bytes) -> int | None:

@@ -115,8 +115,10 @@ class RemoteVectorEnv(VectorEnv):
         data_plane: carry the commands and results of clients on this machine (the local clients,
             and ``gym-remote client`` on this host) over Unix sockets instead of ZeroMQ, which is
             faster; ZeroMQ stays the control plane and the only transport to other machines (see
-            ``docs/PROTOCOL.md`` §13). Default: on (Linux), unless the environment variable
-            ``GYM_REMOTE_DATA_PLANE`` is ``off``. ``stats()`` tells which plane each slot uses.
+            ``docs/PROTOCOL.md`` §13). ``"shm"`` has the local clients carry steps in shared-memory
+            mailboxes next to the socket (x86-64 Linux), ``"uds"`` keeps them to the socket. Default: on
+            (Linux), unless the environment variable ``GYM_REMOTE_DATA_PLANE`` is ``off`` (it may name a
+            kind too). ``stats()`` tells which plane each slot uses.
         final_info_format: ``"gymnasium"`` (infos as Gymnasium 1.x batches them), or ``"legacy"``,
             only for scripts written for Gymnasium 0.29 (older CleanRL scripts): needs
             ``autoreset_mode="SameStep"``; the infos of an ended episode's last step come as
@@ -180,7 +182,7 @@ class RemoteVectorEnv(VectorEnv):
         handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
         batch_size: int | None = None,
         spin: float | None = None,
-        data_plane: bool | None = None,
+        data_plane: bool | str | None = None,
         final_info_format: str = "gymnasium",
         launcher: Launcher | None = None,
         security: SecurityOptions | None = None,
@@ -1156,7 +1158,7 @@ class _Serving:
     spin: float | None
     liveness_timeout: float
     name: str
-    data_plane: bool
+    data_plane: str
     observation_space: gym.Space | None
     action_space: gym.Space | None
 

@@ -21,10 +21,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-# -- the suite runs over both data planes --------------------------------------------------------------
+# -- the suite runs over every data plane --------------------------------------------------------------
 
-# Modules that open no socket (or choose their planes themselves) run once; every other test runs twice,
-# with the same-host data plane on ("uds", the default) and off ("zmq": everything over ZeroMQ).
+# Modules that open no socket (or choose their planes themselves) run once. The modules whose promises must
+# hold on every link kind run three times: over the same-host data plane with shared-memory mailboxes ("shm",
+# the default on x86-64 Linux), over its socket alone ("uds", the fallback), and over ZeroMQ alone ("zmq").
+# Every other test runs twice, over the default plane and over ZeroMQ.
+EVERY_PLANE_MODULES = {"test_equivalence", "test_faults", "test_partial_batches"}
 ONE_PLANE_MODULES = {
     "test_benchmark_smoke",
     "test_channel",
@@ -53,31 +56,48 @@ ONE_PLANE_MODULES = {
 def pytest_addoption(parser) -> None:
     parser.addoption(
         "--data-plane",
-        choices=("both", "uds", "zmq"),
-        default="both",
-        help="run the socket tests with the same-host data plane on (uds), off (zmq), or both (default)",
+        choices=("all", "shm", "uds", "zmq"),
+        default="all",
+        help="run the socket tests over the same-host data plane with shared memory (shm) or its socket alone "
+        "(uds), over ZeroMQ alone (zmq), or each module over its planes (all, the default)",
     )
 
 
+def _default_plane() -> str:
+    from gym_remote.links import shared
+
+    return "shm" if shared.AVAILABLE else "uds"
+
+
+def planes_of(module: str) -> list[str]:
+    """The planes a module's socket tests run over with ``--data-plane all``."""
+    default = _default_plane()
+    if module in EVERY_PLANE_MODULES:
+        return [default, "uds", "zmq"] if default != "uds" else ["uds", "zmq"]
+    return [default, "zmq"]
+
+
 def pytest_generate_tests(metafunc) -> None:
-    if "data_plane" in metafunc.fixturenames and metafunc.module.__name__.rpartition(".")[2] not in ONE_PLANE_MODULES:
+    module = metafunc.module.__name__.rpartition(".")[2]
+    if "data_plane" in metafunc.fixturenames and module not in ONE_PLANE_MODULES:
         chosen = metafunc.config.getoption("--data-plane")
-        metafunc.parametrize("data_plane", ["uds", "zmq"] if chosen == "both" else [chosen], indirect=True)
+        metafunc.parametrize("data_plane", planes_of(module) if chosen == "all" else [chosen], indirect=True)
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers",
-        "alternate_planes: with both planes chosen, each case of the test's matrix runs on one plane, not on both",
+        "alternate_planes: with all planes chosen, each case of the test's matrix runs on one plane, not on each",
     )
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     """A test marked ``alternate_planes`` (a wide matrix of cases whose subject is not the transport) runs
-    each case once: on zmq if the positions of its parameter values (each in its own parameter's list) add
-    up to an odd number, else on uds. So every case runs, and every value of a parameter that varies with
-    another meets both planes, at half the cost."""
-    if config.getoption("--data-plane") != "both":
+    each case once: on the plane whose position in its module's planes (:func:`planes_of`) is the sum of the
+    positions of its parameter values (each in its own parameter's list), modulo the number of planes. So
+    every case runs, and every value of a parameter that varies with another meets every plane, at a
+    fraction of the cost."""
+    if config.getoption("--data-plane") != "all":
         return
     marked = [
         item
@@ -93,8 +113,9 @@ def pytest_collection_modifyitems(config, items) -> None:
     dropped = set()
     for item in marked:
         params = item.callspec.params
-        parity = sum(values[item.originalname, name].index(v) for name, v in params.items() if name != "data_plane")
-        if params["data_plane"] != ("zmq" if parity % 2 else "uds"):
+        planes = planes_of(item.module.__name__.rpartition(".")[2])
+        position = sum(values[item.originalname, name].index(v) for name, v in params.items() if name != "data_plane")
+        if params["data_plane"] != planes[position % len(planes)]:
             dropped.add(item)
     if dropped:
         config.hook.pytest_deselected(items=[item for item in items if item in dropped])
@@ -103,14 +124,15 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 @pytest.fixture(autouse=True)
 def data_plane(request, monkeypatch):
-    """The plane a test's servers and clients (also in child processes) use by default: ``"uds"`` or ``"zmq"``."""
+    """The plane a test's servers and clients (also in child processes) use by default: ``"shm"``, ``"uds"`` or
+    ``"zmq"`` (``"default"`` in a module that runs once: as the environment says)."""
     from gym_remote.links import channel
 
     plane = getattr(request, "param", "default")
-    if plane == "zmq":
+    if plane in ("shm", "uds"):
+        monkeypatch.setenv(channel.ENV_SWITCH, plane)
+    elif plane == "zmq":
         monkeypatch.setenv(channel.ENV_SWITCH, "off")
-    elif plane == "uds":
-        monkeypatch.delenv(channel.ENV_SWITCH, raising=False)
     return plane
 
 

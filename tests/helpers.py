@@ -424,8 +424,11 @@ def listening(name: bytes) -> bool:
     return any(len(row) >= 8 and row[-1] == wanted and row[3] == "00010000" for row in rows)  # __SO_ACCEPTCON
 
 
-def greet_data_channel(address: str, token: bytes | None = None, timeout: float = 5.0) -> tuple[socket.socket, bytes]:
-    """Connect to the data channel of the server at ``address`` and greet it (PROTOCOL.md §13.2).
+def greet_data_channel(
+    address: str, token: bytes | None = None, timeout: float = 5.0, block_fd: int | None = None
+) -> tuple[socket.socket, bytes]:
+    """Connect to the data channel of the server at ``address`` and greet it (PROTOCOL.md §13.2), handing over
+    ``block_fd`` as its shared block if given (§13.5).
 
     Returns the connected socket (blocking, with ``timeout``) and the token (random unless given).
     """
@@ -434,7 +437,11 @@ def greet_data_channel(address: str, token: bytes | None = None, timeout: float 
     try:
         sock.settimeout(timeout)
         sock.connect(data_channel_name(address))
-        sock.sendall(DATA_GREETING_MAGIC + token)
+        if block_fd is None:
+            sock.sendall(DATA_GREETING_MAGIC + token)
+        else:
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", block_fd))]
+            sock.sendmsg([DATA_GREETING_MAGIC + token], rights)
     except BaseException:
         sock.close()
         raise
@@ -474,18 +481,27 @@ class ChannelMember(threading.Thread):
     """A CartPole member written by hand, in a thread, from raw bytes only (``done`` is set once it stopped).
 
     It greets the server's data channel (unless ``token`` is given: then its HELLO names that token, which
-    this process did not greet with), and answers RESET and STEP with valid RESULTs on whichever plane the
+    this process did not greet with; handing over ``block_fd`` as a shared block if given, whose mailboxes it
+    never uses), and answers RESET and STEP with valid RESULTs on whichever plane the
     WELCOME chose, except that ``bad_step(seq)``, if given, answers the first STEP: with frames (sent as
     one message), or with ``bytes``, written as they are on the data channel, which it then closes.
     """
 
-    def __init__(self, address: str, *, token: bytes | None = None, bad_step=None, name: str = "hostile"):
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: bytes | None = None,
+        bad_step=None,
+        name: str = "hostile",
+        block_fd: int | None = None,
+    ):
         super().__init__(daemon=True)
         self.address, self.bad_step, self.name = address, bad_step, name
         self.session = secrets.token_hex(16)
         self.data: socket.socket | None = None
         if token is None:
-            self.data, token = greet_data_channel(address)
+            self.data, token = greet_data_channel(address, block_fd=block_fd)
         self.token = token
         self.welcome: dict | None = None
         self.error: BaseException | None = None
@@ -553,3 +569,9 @@ class ChannelMember(threading.Thread):
     def stop(self) -> None:
         self.done.set()
         self.join(5)
+
+
+def mapped_shared_blocks() -> list[str]:
+    """The data channels' shared blocks (memfds named ``gym_remote-data``) still mapped into this process."""
+    with open("/proc/self/maps") as maps:
+        return [line.strip() for line in maps if "gym_remote-data" in line]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from gym_remote.errors import ProtocolError
-from gym_remote.links import LinkBroken, channel
+from gym_remote.links import LinkBroken, channel, shared
 from gym_remote.links.channel import Channel, Listener
 from tests.helpers import garbage_collection_paused
 
@@ -26,11 +26,36 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def pair():
-    """Two channels connected to each other, closed after the test."""
+def connected_channels(kind: str) -> tuple[Channel, Channel]:
+    """Two channels connected to each other: over the socket alone, or with a shared block whose mailboxes
+    carry what fits (the first is the server's end, the second the client's)."""
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     a, b = Channel(left, max_frame_bytes=64 << 20), Channel(right, max_frame_bytes=64 << 20)
+    if kind == "mailboxes":
+        block = shared.Block.create(1 << 16, 1 << 16)
+        b.use_block(block, outgoing=shared.REPLIES)
+        a.block_fd = os.dup(block.fd)
+        assert a.attach_block() == ""
+    return a, b
+
+
+@pytest.fixture(params=["socket", "mailboxes"])
+def pair(request):
+    """Two connected channels (see connected_channels), of each kind; closed after the test."""
+    if request.param == "mailboxes" and not shared.AVAILABLE:
+        pytest.skip("shared-memory mailboxes need x86-64 Linux")
+    a, b = connected_channels(request.param)
+    yield a, b
+    a.close()
+    b.close()
+
+
+@pytest.fixture
+def mailboxes():
+    """Two channels connected with a shared block; closed after the test."""
+    if not shared.AVAILABLE:
+        pytest.skip("shared-memory mailboxes need x86-64 Linux")
+    a, b = connected_channels("mailboxes")
     yield a, b
     a.close()
     b.close()
@@ -210,6 +235,8 @@ def test_the_peer_dying_mid_record_is_seen(pair):
 )
 def test_malformed_records_break_the_link_without_allocating(pair, raw, message):
     a, b = pair
+    if b.block is not None and raw == struct.pack("<I", 0):
+        pytest.skip("with a shared block, a record of no frames is a doorbell (test_a_doorbell_only_wakes)")
     a.sock.sendall(raw)
     with pytest.raises(LinkBroken, match=message):
         receive_within(b, 5)
@@ -547,3 +574,113 @@ def test_a_forked_child_does_not_keep_the_listeners_name(listener):
     finally:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
+
+
+# -- shared-memory mailboxes --------------------------------------------------------------------------
+
+
+def test_messages_that_fit_go_through_the_mailbox_and_the_rest_on_the_socket_in_their_order(mailboxes):
+    a, b = mailboxes
+    capacity = b.block.capacities[shared.COMMANDS]
+    sizes = [10, 10, capacity, 10, 0, capacity + 1, 10]  # sent before any is read: the mailbox is busy after the first
+    for number, size in enumerate(sizes):
+        a.send([struct.pack("<Q", number), bytes(size)])
+    got = [frames_of(receive_within(b, 5, peer=a)) for _ in sizes]
+    assert [(struct.unpack("<Q", frames[0])[0], len(frames[1])) for frames in got] == list(enumerate(sizes))
+    assert a.messages_posted == 1
+    b.consume()
+    b.release()
+    for number in range(3):  # read as they come: each fits and finds the mailbox free
+        a.send([struct.pack("<Q", number), b"x"])
+        assert frames_of(receive_within(b, 5)) == [struct.pack("<Q", number), b"x"]
+        b.consume()
+        b.release()
+    assert a.messages_posted == 4
+    a.send([b"too big", bytes(capacity)])  # the socket; once it is taken, the mailbox again
+    assert frames_of(receive_within(b, 5, peer=a))[0] == b"too big"
+    b.consume()
+    a.send([b"small"])
+    assert a.messages_posted == 4  # the receiver did not say it is done with what it consumed
+    assert frames_of(receive_within(b, 5, peer=a)) == [b"small"]
+    b.consume()
+    b.release()
+    a.send([b"small"])
+    assert frames_of(receive_within(b, 5, peer=a)) == [b"small"]
+    assert a.messages_posted == 5
+
+
+def test_a_doorbell_rings_only_for_a_receiver_that_sleeps(mailboxes):
+    a, b = mailboxes
+    a.send([b"while awake"])
+    assert not select.select([b.fileno()], [], [], 0.05)[0], "a doorbell for a receiver that did not sleep"
+    assert frames_of(b.receive()) == [b"while awake"]
+    b.consume()
+    assert b.sleep()  # nothing waits: it may sleep
+    a.send([b"while asleep"])
+    assert select.select([b.fileno()], [], [], 5)[0], "no doorbell woke the sleeping receiver"
+    b.wake()
+    assert frames_of(b.receive()) == [b"while asleep"]
+    b.consume()
+    assert b.receive() is None and b._buffer[b._start : b._end] == b""  # the doorbell was read and passed over
+    a.send([b"before sleeping"])
+    assert not b.sleep()  # a message came before it went to sleep: it must not
+    assert frames_of(b.receive()) == [b"before sleeping"]
+
+
+def test_a_doorbell_only_wakes(mailboxes):
+    """Records of no frames on the socket of a channel with a shared block are doorbells: passed over, whatever
+    their number, between records too."""
+    a, b = mailboxes
+    a.sock.sendall(struct.pack("<III", 0, 0, 0) + struct.pack("<IQ", 1, 2) + b"ab" + struct.pack("<I", 0))
+    assert frames_of(receive_within(b, 5)) == [b"ab"]
+    b.consume()
+    assert b.receive() is None
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (struct.pack("<I", 0), "record of 0 frames"),
+        (struct.pack("<I", 70_000), "record of 70000 frames"),
+        (struct.pack("<IQ", 1, 5) + b"abc", "do not fill"),
+        (struct.pack("<IQ", 1, 1 << 40), "do not fill"),
+        (b"ab", "record of 2 bytes"),
+    ],
+    ids=["no frames", "too many frames", "short", "lengths beyond the record", "no count"],
+)
+def test_a_malformed_record_in_a_mailbox_breaks_the_link(mailboxes, record, message):
+    """What a peer posts is checked as a socket record is: a malformed one breaks the link, and nothing is read
+    outside the mailbox."""
+    a, b = mailboxes
+    outbox = a._mail_out
+    outbox.post(1, b"", [record], len(record))
+    with pytest.raises(LinkBroken, match=message):
+        receive_within(b, 5)
+
+
+def test_a_length_beyond_the_mailbox_breaks_the_link(mailboxes):
+    a, b = mailboxes
+    outbox = a._mail_out
+    outbox.post(1, b"", [struct.pack("<IQ", 1, 1) + b"a"], outbox.capacity + 1)
+    with pytest.raises(LinkBroken, match="in a mailbox of"):
+        receive_within(b, 5)
+
+
+def test_a_frame_over_the_limit_in_a_mailbox_breaks_the_link(mailboxes):
+    a, b = mailboxes
+    b.max_frame_bytes = 100
+    a.send([bytes(101)])
+    with pytest.raises(LinkBroken, match="exceeds the limit of 100 bytes"):
+        receive_within(b, 5)
+
+
+def test_the_frames_of_a_consumed_message_stay_valid_until_the_receiver_looks_again(mailboxes):
+    """A learner consumes a reply before it lands it (so that an interrupt never lands it twice) and reads its
+    frames afterwards: the mailbox is not handed back until the receiver asks for the next message."""
+    a, b = mailboxes
+    a.send([b"first", bytes(100)])
+    record = receive_within(b, 5)
+    b.consume()
+    a.send([b"second", b"\xff" * 100])  # goes on the socket: the mailbox is still lent out
+    assert frames_of(record) == [b"first", bytes(100)]
+    assert frames_of(receive_within(b, 5, peer=a)) == [b"second", b"\xff" * 100]

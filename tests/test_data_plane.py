@@ -26,6 +26,7 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gym_remote import RemoteVectorEnv
+from gym_remote.links import channel, shared
 from gym_remote.links.channel import Listener
 from gym_remote.protocol import Kind
 from tests.conftest import subprocess_env
@@ -40,6 +41,7 @@ from tests.helpers import (
     data_channel_name,
     free_tcp_address,
     listening,
+    mapped_shared_blocks,
     pid_alive,
     raw_header,
     wait_until,
@@ -55,6 +57,10 @@ pytestmark = [
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 
 
+LOCAL = "shm" if shared.AVAILABLE else "uds"
+"""The plane of a Python client on the learner's host with the data plane on by default."""
+
+
 def planes(envs: RemoteVectorEnv) -> list[str]:
     return [row.get("plane") for row in envs.stats()]
 
@@ -62,14 +68,14 @@ def planes(envs: RemoteVectorEnv) -> list[str]:
 # -- who is served over it ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("use_plane", [True, False], ids=["uds", "zmq"])
+@pytest.mark.parametrize("use_plane", ["shm", "uds", False], ids=["shm", "uds", "zmq"])
 @pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
-def test_local_clients_match_sync_over_either_plane(mode, use_plane):
+def test_local_clients_match_sync_over_every_plane(mode, use_plane):
     env_fns = [functools.partial(make_cartpole, max_episode_steps=15)] * 4
     expected = SyncVectorEnv(env_fns, autoreset_mode=mode)
     envs = RemoteVectorEnv(env_fns, num_clients=2, autoreset_mode=mode, data_plane=use_plane)
     try:
-        assert planes(envs) == ["uds" if use_plane else "zmq"] * 4
+        assert planes(envs) == [channel.wanted(use_plane) or "zmq"] * 4
         rng = np.random.default_rng(3)
         steps = 8 if mode is AutoresetMode.DISABLED else 60  # DISABLED: before any episode can end
         actions = [rng.integers(0, 2, size=4) for _ in range(steps)]
@@ -90,7 +96,7 @@ def test_an_explicit_choice_wins_over_the_environment_variable(monkeypatch):
     monkeypatch.setenv("GYM_REMOTE_DATA_PLANE", "off")
     with contextlib.closing(RemoteVectorEnv([make_cartpole] * 2, num_clients=1, data_plane=True)) as envs:
         envs.reset(seed=0)
-        assert planes(envs) == ["uds", "uds"]
+        assert planes(envs) == [LOCAL, LOCAL]
 
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
@@ -101,7 +107,7 @@ def test_an_external_client_on_this_host_is_served_over_it(stack, thread_clients
     thread_clients.append(ThreadClient(envs.address, [make_cartpole], name="plain", data_plane=False))
     envs.reset(seed=0)
     by_client = {row["client"]: row["plane"] for row in envs.stats()}
-    assert by_client == {"fast": "uds", "plain": "zmq"}
+    assert by_client == {"fast": LOCAL, "plain": "zmq"}
     for _ in range(30):
         _, _, _, _, infos = envs.step(envs.action_space.sample())
         assert not infos.get("client_lost", np.zeros(3)).any()
@@ -126,7 +132,7 @@ def test_a_hello_whose_handling_an_interrupt_cut_short_still_gets_it(stack, thre
     with pytest.raises(KeyboardInterrupt):
         envs.reset(seed=0)
     envs.reset(seed=0)
-    assert interrupted and planes(envs) == ["uds"]
+    assert interrupted and planes(envs) == [LOCAL]
     envs.step(envs.action_space.sample())
 
 
@@ -139,7 +145,7 @@ def test_a_cli_client_offers_it_unless_told_not_to(stack, reaper, tmp_path):
     envs.reset(seed=0)
     for _ in range(20):
         envs.step(np.zeros(2, dtype=np.int64))
-    assert {row["client"]: row["plane"] for row in envs.stats()} == {"near": "uds", "forced": "zmq"}
+    assert {row["client"]: row["plane"] for row in envs.stats()} == {"near": LOCAL, "forced": "zmq"}
 
 
 def test_a_server_without_it_serves_everyone_over_zeromq(stack, thread_clients):
@@ -166,7 +172,7 @@ def test_a_sigkilled_local_client_is_noticed_at_once_and_replaced():
     with contextlib.closing(RemoteVectorEnv(env_fns, num_clients=2, liveness_timeout=30)) as envs:
         envs.reset(seed=0)
         victim = envs.stats()[1]["pid"]
-        assert planes(envs) == ["uds", "uds"]
+        assert planes(envs) == [LOCAL, LOCAL]
         os.kill(victim, signal.SIGKILL)
         started = time.monotonic()
         _, _, _, truncations, infos = envs.step(np.zeros(2, dtype=np.int64))
@@ -177,7 +183,8 @@ def test_a_sigkilled_local_client_is_noticed_at_once_and_replaced():
             30,
             "a restarted client",
         )
-        assert planes(envs) == ["uds", "uds"]
+        assert planes(envs) == [LOCAL, LOCAL]
+    assert not mapped_shared_blocks(), "the closed learner still maps a shared block"
 
 
 LEARNER = """
@@ -202,7 +209,7 @@ def test_a_sigkilled_learner_leaves_no_socket_or_shared_memory_behind(reaper):
     shm_before = set(os.listdir("/dev/shm"))
     learner = reaper.popen([sys.executable, "-c", LEARNER], stdout=subprocess.PIPE, env=subprocess_env())
     facts = json.loads(learner.stdout.readline())
-    assert facts["planes"] == ["uds", "uds"]
+    assert facts["planes"] == [LOCAL, LOCAL]
     name = data_channel_name(facts["address"])
     assert listening(name) and os.path.isdir(facts["workdir"])
     time.sleep(0.3)  # mid-step: the envs take 50 ms a step
@@ -215,6 +222,36 @@ def test_a_sigkilled_learner_leaves_no_socket_or_shared_memory_behind(reaper):
 
 
 # -- peers that misuse it ----------------------------------------------------------------------------
+
+
+def _unsealed_block() -> int:
+    """A memfd laid out as a shared block but not sealed: a client could shrink it under the learner's reads."""
+    fd = os.memfd_create("gym_remote-data")
+    os.ftruncate(fd, 4096 + 2 * 65536)
+    os.pwrite(fd, shared.MAGIC + struct.pack("@QQ", 65536, 65536), 0)
+    return fd
+
+
+@pytest.mark.skipif(not shared.AVAILABLE, reason="shared-memory mailboxes need x86-64 Linux")
+def test_a_shared_block_the_learner_cannot_trust_is_refused_and_its_client_served_over_the_socket(
+    stack, thread_clients, caplog
+):
+    envs = cartpole_server(stack, 2)
+    block = _unsealed_block()
+    stack.callback(os.close, block)
+    member = ChannelMember(envs.address, block_fd=block)
+    member.start()
+    stack.callback(member.stop)
+    thread_clients.append(ThreadClient(envs.address, [make_cartpole], name="honest"))
+    with caplog.at_level("WARNING", logger="gym_remote"):
+        envs.reset(seed=0)
+    assert member.welcome["data_channel"] is True and member.welcome["shared_memory"] is False
+    assert "not sealed against shrinking" in caplog.text
+    assert {row["client"]: row["plane"] for row in envs.stats()} == {"hostile": "uds", "honest": LOCAL}
+    os.ftruncate(block, 0)  # what the seal is for: nothing of it is mapped by the learner
+    for _ in range(5):
+        _, _, _, truncations, _ = envs.step(envs.action_space.sample())
+        assert not truncations.any()
 
 
 def test_a_channel_greeted_by_another_process_is_not_taken(stack, thread_clients):
@@ -239,7 +276,7 @@ def test_a_channel_greeted_by_another_process_is_not_taken(stack, thread_clients
     thread_clients.append(ThreadClient(envs.address, [make_cartpole], name="honest"))
     envs.reset(seed=0)
     assert member.welcome is not None and member.welcome["data_channel"] is False
-    assert {row["client"]: row["plane"] for row in envs.stats()} == {"hostile": "zmq", "honest": "uds"}
+    assert {row["client"]: row["plane"] for row in envs.stats()} == {"hostile": "zmq", "honest": LOCAL}
     for _ in range(5):
         _, _, _, truncations, _ = envs.step(envs.action_space.sample())
         assert not truncations.any()
@@ -326,7 +363,7 @@ def test_a_client_on_another_host_is_served_over_zeromq(stack, reaper, tmp_path,
     envs.reset(seed=0)
     for _ in range(5):
         envs.step(np.zeros(2, dtype=np.int64))
-    assert {row["client"]: row["plane"] for row in envs.stats()} == {"far": "zmq", "near": "uds"}
+    assert {row["client"]: row["plane"] for row in envs.stats()} == {"far": "zmq", "near": LOCAL}
     assert remote.poll() is None and near.poll() is None
 
 
@@ -430,7 +467,7 @@ def test_connections_held_by_another_user_do_not_keep_a_new_client_off_it(stack,
     started = time.monotonic()
     envs.reset(seed=0)
     assert time.monotonic() - started < 10
-    assert planes(envs) == ["uds"]
+    assert planes(envs) == [LOCAL]
     for _ in range(10):
         _, _, _, truncations, _ = envs.step(envs.action_space.sample())
         assert not truncations.any()
@@ -459,7 +496,7 @@ def test_a_connection_that_never_greets_is_closed_while_the_learner_steps(stack,
     while not closed():
         assert time.monotonic() - started < 15, "a connection that never greeted is still open after 15 s"
         envs.step(envs.action_space.sample())
-    assert planes(envs) == ["uds"]
+    assert planes(envs) == [LOCAL]
 
 
 FORKING_LEARNER = """
@@ -480,7 +517,7 @@ while True:
 
 
 @pytest.mark.parametrize(
-    ("plane", "transport"), [("uds", "ipc"), ("zmq", "ipc"), ("zmq", "tcp")], ids=["uds-ipc", "zmq-ipc", "zmq-tcp"]
+    ("plane", "transport"), [(LOCAL, "ipc"), ("zmq", "ipc"), ("zmq", "tcp")], ids=["local-ipc", "zmq-ipc", "zmq-tcp"]
 )
 def test_a_child_the_learner_forked_does_not_keep_its_death_from_the_clients(reaper, tmp_path, plane, transport):
     """The learner forks a child without exec (which outlives it) after its clients joined, and is then
@@ -542,10 +579,10 @@ def test_a_client_that_comes_first_or_rejoins_a_restarted_learner_is_served_over
         return learner, json.loads(line)
 
     learner, served = learner_planes()
-    assert served == ["uds"], "a client started before its learner"
+    assert served == [LOCAL], "a client started before its learner"
     os.kill(learner.pid, signal.SIGKILL)
     learner.wait(10)
     time.sleep(1.0)  # the client sees the learner gone, and says HELLO again to nobody
     learner, served = learner_planes()
-    assert served == ["uds"], "a client that rejoined a restarted learner"
+    assert served == [LOCAL], "a client that rejoined a restarted learner"
     assert client.process.poll() is None, client

@@ -413,9 +413,10 @@ def test_observation_space(space, mode):
         autoreset_mode=mode,
         steps=80,
         seeds=(index,),
-        # (the plane follows index % 2, see alternate_planes: copy and no copy each meet both planes)
-        copy_obs=index // 2 % 2 == 0,
-        num_clients=[1, 2, 4][index % 3],
+        # (the plane follows index % 3, see alternate_planes: copy and no copy, and each number of clients,
+        # meet every plane)
+        copy_obs=index // 3 % 2 == 0,
+        num_clients=[1, 2, 4][(index + index // 3) % 3],
     )
 
 

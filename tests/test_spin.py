@@ -181,12 +181,13 @@ def test_a_client_spins_only_while_its_learners_process_has_a_core_to_spare(
     with closing(probe_vector(endpoint, 1, liveness_timeout=2.0)) as envs:
         process = reaper.popen([*command, "--num-envs", "1", "--spin", "0.02"])
         envs.reset(seed=0)
-        assert [row["plane"] for row in envs.stats()] == [data_plane]
+        served = "uds" if data_plane == "shm" and client == "c++" else data_plane  # (the C++ client has no mailboxes)
+        assert [row["plane"] for row in envs.stats()] == [served]
         alone = _client_busy_share(envs, process.pid, 1.0)
         with _Burner():
             _client_busy_share(envs, process.pid, 0.8)  # the learner looks at its other threads every 0.25 s
             crowded = _client_busy_share(envs, process.pid, 1.0)
-        if data_plane == "uds":
+        if data_plane != "zmq":
             assert alone > 0.5, f"the client spun {alone:.0%} of the time next to an idle learner"
         else:
             assert alone < 0.25, f"the client spun {alone:.0%} of the time over ZeroMQ"

@@ -8,7 +8,8 @@ directions (:mod:`gym_remote.links.base` says what every link promises):
   :class:`~gym_remote.links.zeromq.Dealer`;
 * :class:`~gym_remote.links.channel.Channel`: over a Unix socket, for members on the learner's host
   (the same-host data plane, PROTOCOL.md §13), set up through the
-  :class:`~gym_remote.links.channel.Listener`.
+  :class:`~gym_remote.links.channel.Listener`; with a client's shared block
+  (:mod:`gym_remote.links.shared`) what fits travels through its mailboxes instead (§13.5).
 
 The learner waits on all of them at once with one :class:`~gym_remote.links.mux.Multiplexer`;
 :mod:`gym_remote.links.fork` keeps forked children from holding any of them. The server

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from gym_remote.links import fork
+from gym_remote.links import fork, shared
 from gym_remote.links.base import MAX_FRAMES, FrameList, LinkBroken
 
 __all__ = [
@@ -54,7 +54,14 @@ AVAILABLE = sys.platform.startswith("linux")
 """Abstract Unix sockets exist on Linux only; elsewhere every message travels over ZeroMQ."""
 
 ENV_SWITCH = "GYM_REMOTE_DATA_PLANE"
-"""Environment variable: ``off`` (or ``0``, ``false``, ``no``) turns the same-host data plane off by default."""
+"""Environment variable: ``off`` (or ``0``, ``false``, ``no``) turns the same-host data plane off by default;
+``uds`` keeps it to the Unix socket, ``shm`` asks for shared-memory mailboxes too."""
+
+KINDS = ("shm", "uds")
+"""The data plane's kinds: the channel with shared-memory mailboxes where the host allows them
+(:data:`gym_remote.links.shared.AVAILABLE`), and the channel's socket alone."""
+
+DEFAULT_KIND = "shm"
 
 GREETING_MAGIC = b"GR-DATA2"
 TOKEN_BYTES = 16
@@ -86,12 +93,36 @@ CONNECT_SECONDS = 2.0
 
 def enabled_by_default() -> bool:
     """Whether the data plane is on when nobody said otherwise: on Linux, unless :data:`ENV_SWITCH` says off."""
-    return AVAILABLE and os.environ.get(ENV_SWITCH, "").strip().lower() not in ("0", "off", "false", "no")
+    return bool(_default_kind())
 
 
-def wanted(choice: bool | None) -> bool:
-    """Whether to use the data plane: as ``choice`` says where it is available, by default if None."""
-    return enabled_by_default() if choice is None else bool(choice) and AVAILABLE
+def _default_kind() -> str:
+    if not AVAILABLE:
+        return ""
+    switch = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if switch in ("0", "off", "false", "no"):
+        return ""
+    return switch if switch in KINDS else DEFAULT_KIND
+
+
+def wanted(choice: bool | str | None) -> str:
+    """The data plane's kind to use as ``choice`` says (``True``: the default kind, a kind by name, None: as
+    :data:`ENV_SWITCH` says), where it is available: ``"shm"``, ``"uds"``, or ``""`` (off).
+
+    Raises:
+        ValueError: ``choice`` names no kind.
+    """
+    if choice is None:
+        kind = _default_kind()
+    elif choice == "":  # (what this function answers for "off")
+        kind = ""
+    elif isinstance(choice, str):
+        if choice not in KINDS:
+            raise ValueError(f"data_plane must be True, False, None or one of {KINDS}, got {choice!r}")
+        kind = choice if AVAILABLE else ""
+    else:
+        kind = (_default_kind() or DEFAULT_KIND) if choice and AVAILABLE else ""
+    return "uds" if kind == "shm" and not shared.AVAILABLE else kind
 
 
 def address_for(endpoint: str) -> bytes:
@@ -118,14 +149,19 @@ class Channel:
     from the stored result, a step that can be repeated (:meth:`_settle_send`, :meth:`_settle_read`): so a
     send or read cut short completes on the next call.
 
+    With a shared block in use (:meth:`use_block`), a message goes through the block's mailbox when it fits
+    and the mailbox is free, and on the socket otherwise (:mod:`gym_remote.links.shared`); the socket then
+    carries what is large or rare, the doorbells of a receiver that sleeps, and its end-of-file when the
+    peer dies.
+
     Args:
         sock: a connected ``AF_UNIX`` ``SOCK_STREAM`` socket, now owned by the channel.
         max_frame_bytes: largest frame accepted from the peer (a larger one breaks the channel).
+        block_fd: a shared block's descriptor the peer handed over with its greeting (now owned by the
+            channel until :meth:`attach_block` maps it or the channel closes).
     """
 
-    plane = "uds"
-
-    def __init__(self, sock: socket.socket, *, max_frame_bytes: int) -> None:
+    def __init__(self, sock: socket.socket, *, max_frame_bytes: int, block_fd: int = -1) -> None:
         sock.setblocking(False)
         for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
             try:
@@ -155,10 +191,64 @@ class Channel:
         self._send_result: deque[int] = deque()
         self._sending: list[Any] | None = None  # the caller's buffers the send in progress borrowed, if any
         self._sending_end = 0  # the stream position after them
-        self._unsettled = False  # a send or a read is in progress, or an interrupt cut one short
+        self._unsettled = False  # a send, a read or a post is in progress, or an interrupt cut one short
         self._broken = ""
         self._closed = False
+        # the shared block (see use_block): messages are numbered 1, 2, ... each way, however they travel
+        self.block_fd = block_fd
+        self.block: shared.Block | None = None
+        self._mail_out: shared.Outbox | None = None
+        self._mail_in: shared.Inbox | None = None
+        self._messages_sent = 0
+        self._messages_taken = 0
+        self._posting = 0  # the number of a message being posted (0: none in progress)
+        self._current_in_mailbox = False
+        self._release_due = False  # a message was consumed and the peer is not told yet (see release)
+        self.messages_posted = 0  # messages this side sent through the shared block's mailbox
         fork.register(self)
+
+    # -- the shared block --------------------------------------------------------------------------
+
+    def attach_block(self) -> str:
+        """The server's side: map the block the peer handed over with its greeting and use it; "" if done,
+        else why not (nothing was handed over, or it is refused: see :meth:`Block.attach`)."""
+        fd, self.block_fd = self.block_fd, -1
+        if fd < 0:
+            return "the client handed over no shared block"
+        try:
+            block = shared.Block.attach(fd, max(shared.MAX_BLOCK_BYTES, 4 * self.max_frame_bytes))
+        except (shared.BlockRefused, OSError) as error:
+            return f"its shared block was refused: {error}"
+        self.use_block(block, outgoing=shared.COMMANDS)
+        return ""
+
+    def use_block(self, block: shared.Block, outgoing: int) -> None:
+        """From now on, carry messages in ``block``'s mailboxes where they fit: this side sends on lane
+        ``outgoing`` and receives on the other. Before any message travels on the channel."""
+        self.block = block
+        self._mail_out = block.outbox(outgoing)
+        self._mail_in = block.inbox(1 - outgoing)
+
+    @property
+    def plane(self) -> str:
+        """What carries this channel's messages: ``"shm"`` (shared-memory mailboxes) or ``"uds"`` (the socket)."""
+        return "shm" if self.block is not None else "uds"
+
+    def sleep(self) -> bool:
+        """The owner is about to sleep in ``poll()``: have the peer ring a doorbell for the next message. False
+        if a message has come already (then the owner does not sleep)."""
+        if self._mail_in is None:
+            return True
+        if self._current is not None or self._broken:
+            return False
+        if self._release_due:
+            self.release()
+        return self._mail_in.sleep(self._messages_taken)
+
+    def wake(self) -> None:
+        """The owner is awake again (see :meth:`sleep`)."""
+        if self._mail_in is not None:
+            self._mail_in.wake()
 
     # -- the link ----------------------------------------------------------------------------------
 
@@ -184,6 +274,13 @@ class Channel:
             self._closed = True
             self._outbox.clear()
             self.sock.close()
+            self._mail_out = self._mail_in = None
+            self._current = None  # (its frames may be views of the block, which cannot be unmapped while they live)
+            if self.block is not None:
+                self.block.close()
+            if self.block_fd >= 0:
+                fd, self.block_fd = self.block_fd, -1
+                os.close(fd)
 
     def forget_in_child(self) -> None:
         self.close()
@@ -201,12 +298,46 @@ class Channel:
             self._check_intact()
         lengths = [len(frame) if type(frame) is bytes else memoryview(frame).nbytes for frame in frames]
         count = len(lengths)
-        buffers = [_COUNT.pack(count) + _lengths(count).pack(*lengths), *frames]
+        prefix = _COUNT.pack(count) + _lengths(count).pack(*lengths)
+        size = 4 + 8 * count + sum(lengths)
+        number = self._messages_sent + 1
+        mail = self._mail_out
+        if mail is not None and not self._outbox and size <= mail.capacity and mail.free_for(number):
+            self._posting = number
+            self._unsettled = True
+            mail.post(number, prefix, frames, size)
+            self._settle_post()
+            return
+        # (counted before it goes: an interrupt before it went leaves the count ahead, and the mailbox unused)
+        self._messages_sent = number
+        buffers = [prefix, *frames]
         if self._outbox:  # records before this one go first: it waits behind them, copied
             self._queue_rest(buffers, self._queued_end(), 0)
             self.flush()
             return
-        self._send_now(buffers, borrowed=4 + 8 * count + sum(lengths))
+        self._send_now(buffers, borrowed=size)
+
+    def _settle_post(self) -> None:
+        """Account for the post in progress (if any): counted if its number was posted, and a doorbell rung if
+        the receiver sleeps (rung twice if an interrupt came between, which is harmless). Repeatable."""
+        number = self._posting
+        if number:
+            if self._mail_out.posted() == number:
+                if self._messages_sent != number:
+                    self._messages_sent = number
+                    self.messages_posted += 1
+                if self._mail_out.receiver_sleeps():
+                    self._ring()
+            self._posting = 0
+        self._unsettled = self._read_base is not None or self._send_base is not None
+
+    def _ring(self) -> None:
+        """Send a doorbell: a record of no frames, which wakes a receiver sleeping in ``poll()``."""
+        if self._outbox:
+            self._queue_rest([_DOORBELL], self._queued_end(), 0)
+            self.flush()
+        else:
+            self._send_now([_DOORBELL], borrowed=len(_DOORBELL))
 
     def flush(self) -> bool:
         """Send what waits, as far as the socket takes it now; True once nothing waits.
@@ -257,7 +388,7 @@ class Channel:
                 self._sending = None
             self._send_base = None
         self._trim()
-        self._unsettled = self._read_base is not None
+        self._unsettled = self._read_base is not None or self._posting != 0
 
     def _trim(self) -> None:
         """Drop from the outbox what was sent. Repeatable."""
@@ -290,6 +421,11 @@ class Channel:
         """Whether a whole record, or bytes that break the channel, wait to be taken without a system call."""
         if self._current is not None or self._broken or self._read_base is not None:
             return True
+        if self._mail_in is not None:
+            if self._release_due:
+                self.release()
+            if self._mail_in.holds(self._messages_taken):
+                return True
         try:
             return self._record_end() is not None
         except LinkBroken:  # (the next receive raises it)
@@ -309,6 +445,18 @@ class Channel:
             self._check_intact()
         if self._current is not None:
             return self._current
+        mail = self._mail_in
+        if self._release_due:
+            self.release()
+        if mail is not None and mail.holds(self._messages_taken):  # (older messages are all taken: see send)
+            try:
+                frames = mail.frames(self.max_frame_bytes)
+            except ValueError as error:
+                raise self._malformed(str(error)) from None
+            record = FrameList(frames)
+            self._current_in_mailbox = True
+            self._current = record
+            return record
         end = self._record_end()
         while end is None:
             if not self._receive_some():
@@ -316,15 +464,31 @@ class Channel:
             end = self._record_end()
         record = FrameList(self._frames_of_record())
         self._current_end = end
+        self._current_in_mailbox = False
         self._current = record
         return record
 
     def consume(self) -> None:
         """The current record is taken care of: the next :meth:`receive` hands out the one after it."""
         if self._current is not None:
-            self._start = self._current_end
-            self._current = None
-            self._parsed_start = -1
+            if self._current_in_mailbox:  # (these stores come with no call between them)
+                self._current = None
+                self._messages_taken += 1
+            else:
+                self._start = self._current_end
+                self._current = None
+                self._parsed_start = -1
+                self._messages_taken += 1
+            self._release_due = self._mail_in is not None
+
+    def release(self) -> None:
+        """Tell the peer that the messages consumed are done with, so that its next one may use the mailbox again
+        (the frames handed out are no longer valid then). Done by every :meth:`receive`, :meth:`buffered` and
+        :meth:`sleep` too: a learner consumes a reply before it lands it, and reads its frames until it looks
+        for the next message. An interrupt before it leaves the mailbox unused for one message, no more."""
+        if self._release_due:
+            self._release_due = False
+            self._mail_in.mark_taken(self._messages_taken)
 
     def _record_end(self) -> int | None:
         """The end offset of the record at ``_start`` if it is all here; its layout is checked first.
@@ -340,6 +504,13 @@ class Channel:
         if have < 4:
             return None
         (count,) = _COUNT.unpack_from(buffer, start)
+        while count == 0 and self._mail_in is not None:  # doorbells: they only woke the poll()
+            start += 4
+            self._start = start
+            have -= 4
+            if have < 4:
+                return None
+            (count,) = _COUNT.unpack_from(buffer, start)
         if not 1 <= count <= MAX_FRAMES:
             raise self._malformed(f"a data channel record of {count} frames (at most {MAX_FRAMES})")
         prefix = 4 + 8 * count
@@ -376,7 +547,7 @@ class Channel:
             self._read_result.extend(map(self.sock.recv_into, (self._view[self._end :],)))
         except BlockingIOError:
             self._read_base = None
-            self._unsettled = self._send_base is not None
+            self._unsettled = self._send_base is not None or self._posting != 0
             return False
         except OSError as error:
             raise self._broken_by(f"its data channel closed (receiving failed: {error.strerror or error})") from None
@@ -393,7 +564,7 @@ class Channel:
             return False
         if not self._read_result:  # it did not happen
             self._read_base = None
-            self._unsettled = self._send_base is not None
+            self._unsettled = self._send_base is not None or self._posting != 0
             return False
         received = self._read_result[0]
         if received == 0:
@@ -401,7 +572,7 @@ class Channel:
             raise self._broken_by(f"its data channel closed{partial} (the peer closed it, or its process ended)")
         self._end = base + received
         self._read_base = None
-        self._unsettled = self._send_base is not None
+        self._unsettled = self._send_base is not None or self._posting != 0
         return True
 
     def _make_room(self) -> None:
@@ -429,6 +600,8 @@ class Channel:
         self._settle_send()
         if self._read_base is not None:
             self._settle_read()
+        if self._posting:
+            self._settle_post()
 
     def _malformed(self, problem: str) -> LinkBroken:
         return self._broken_by(f"it sent a malformed message on its data channel: {problem}")
@@ -441,6 +614,7 @@ class Channel:
 
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+_DOORBELL = _COUNT.pack(0)
 _NO_ANCILLARY, _SEND_FLAGS = ((),), (_NOSIGNAL,)  # sendmsg's other arguments, for map() (the socket does not block)
 
 _LENGTHS: dict[int, struct.Struct] = {}
@@ -461,8 +635,16 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
 
 
-def connect(name: bytes, token: bytes, *, max_frame_bytes: int, timeout: float = CONNECT_SECONDS) -> Channel:
-    """The client's side: connect to the server's data channel ``name`` and greet it with ``token``.
+def connect(
+    name: bytes,
+    token: bytes,
+    *,
+    max_frame_bytes: int,
+    timeout: float = CONNECT_SECONDS,
+    block: shared.Block | None = None,
+) -> Channel:
+    """The client's side: connect to the server's data channel ``name`` and greet it with ``token`` (handing
+    over ``block``'s descriptor with the greeting, if given; the channel uses it once the WELCOME takes it).
 
     A listener whose queue of connections is full is tried again until ``timeout``.
 
@@ -486,7 +668,10 @@ def connect(name: bytes, token: bytes, *, max_frame_bytes: int, timeout: float =
         if uid != os.getuid():
             raise PermissionError(errno.EPERM, f"the data channel's listener runs as uid {uid}, not {os.getuid()}")
         sock.settimeout(timeout)
-        sock.sendall(GREETING_MAGIC + token)
+        if block is None:
+            sock.sendall(GREETING_MAGIC + token)
+        else:  # (24 bytes fit any socket buffer: one sendmsg sends them all, the descriptor with the first)
+            sock.sendmsg([GREETING_MAGIC + token], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _FD.pack(block.fd))])
         return Channel(sock, max_frame_bytes=max_frame_bytes)
     except BaseException:
         sock.close()
@@ -494,12 +679,19 @@ def connect(name: bytes, token: bytes, *, max_frame_bytes: int, timeout: float =
 
 
 class _Pending:
-    """A connection the listener accepted: its peer, and the greeting as far as it came."""
+    """A connection the listener accepted: its peer, the greeting as far as it came, and the shared block's
+    descriptor handed over with it (-1: none)."""
 
-    __slots__ = ("sock", "pid", "since", "greeting")
+    __slots__ = ("sock", "pid", "since", "greeting", "block_fd")
 
     def __init__(self, sock: socket.socket, pid: int, since: float) -> None:
-        self.sock, self.pid, self.since, self.greeting = sock, pid, since, b""
+        self.sock, self.pid, self.since, self.greeting, self.block_fd = sock, pid, since, b"", -1
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.block_fd >= 0:
+            fd, self.block_fd = self.block_fd, -1
+            os.close(fd)
 
 
 class Listener:
@@ -569,7 +761,9 @@ class Listener:
             if pending.pid != pid:
                 self._drop(pending.sock.fileno(), None)
                 return None
-            taken = (token, pid, claimant, Channel(pending.sock, max_frame_bytes=self.max_frame_bytes))
+            channel = Channel(pending.sock, max_frame_bytes=self.max_frame_bytes, block_fd=pending.block_fd)
+            pending.block_fd = -1  # (the channel owns it now)
+            taken = (token, pid, claimant, channel)
             self._taken = taken
         pending = self._greeted.pop(token, None)  # (the channel owns its socket now)
         if pending is not None:
@@ -582,7 +776,7 @@ class Listener:
             return
         self._closed = True
         for pending in self._pending.values():
-            pending.sock.close()
+            pending.close()
         self._pending.clear()
         self._greeted.clear()
         self.sock.close()
@@ -610,11 +804,22 @@ class Listener:
 
     def _read_greeting(self, fd: int, pending: _Pending) -> None:
         try:
-            part = pending.sock.recv(GREETING_SIZE - len(pending.greeting))
+            part, ancillary, _, _ = pending.sock.recvmsg(GREETING_SIZE - len(pending.greeting), _ONE_FD_SPACE)
         except BlockingIOError:
             return
         except OSError:
-            part = b""
+            part, ancillary = b"", []
+        for (
+            level,
+            kind,
+            data,
+        ) in ancillary:  # a shared block's descriptor (more than one do not fit: the kernel closes them)
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                for block_fd in _descriptors(data):
+                    if pending.block_fd < 0 and not pending.greeting:
+                        pending.block_fd = block_fd
+                    else:
+                        os.close(block_fd)
         if not part:  # closed before greeting
             self._drop(fd, None)
             return
@@ -645,14 +850,24 @@ class Listener:
             return
         if len(pending.greeting) == GREETING_SIZE:
             self._greeted.pop(pending.greeting[len(GREETING_MAGIC) :], None)
-        self._refuse(pending.sock, reason)
+        self._refuse(pending, reason)
 
-    def _refuse(self, sock: socket.socket, reason: str | None) -> None:
+    def _refuse(self, sock: socket.socket | _Pending, reason: str | None) -> None:
         sock.close()
         if reason is not None:
             self.refused[reason] += 1
             if self.refused[reason] == 1:  # once per reason; the counts are in the server's connection_stats()
                 logger.warning("the data channel listener closed a connection: %s (logged once)", _WHY[reason])
+
+
+_FD = struct.Struct("i")
+_ONE_FD_SPACE = socket.CMSG_SPACE(_FD.size) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+def _descriptors(data: bytes) -> list[int]:
+    """The descriptors of an ``SCM_RIGHTS`` message's data."""
+    whole = len(data) - len(data) % _FD.size
+    return [_FD.unpack_from(data, offset)[0] for offset in range(0, whole, _FD.size)]
 
 
 _WHY = {

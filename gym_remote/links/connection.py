@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from gym_remote.links import shared
 from gym_remote.links.base import LinkBroken, Message
 from gym_remote.links.channel import Channel, address_for, connect, new_token
 from gym_remote.links.zeromq import (
@@ -64,6 +65,7 @@ class ServerConnection:
         self.address = address
         self.dealer = Dealer(context, address, session.encode(), liveness_timeout=liveness_timeout, security=security)
         self.channel: Channel | None = None  # greeted, or in use once the WELCOME took it
+        self.block: shared.Block | None = None  # the shared block handed over with the greeting
         self.token = b""
         self.on_channel = False  # the WELCOME took the channel: the membership's messages travel on it
         self._handed_out = False  # the channel's current record was handed out (a client handles one at a time)
@@ -73,8 +75,9 @@ class ServerConnection:
 
     # -- the data channel --------------------------------------------------------------------------
 
-    def open_channel(self, max_frame_bytes: int) -> tuple[str, bool]:
-        """Connect to the server's data channel and greet it with a new token.
+    def open_channel(self, max_frame_bytes: int, block_bytes: tuple[int, int] | None = None) -> tuple[str, bool]:
+        """Connect to the server's data channel and greet it with a new token; with ``block_bytes`` (the bytes
+        of a command and of a reply to carry), hand over a new shared block with the greeting too.
 
         Returns:
             ``("", False)`` on success; else why not, and whether that is unexpected (nothing listening is
@@ -83,16 +86,25 @@ class ServerConnection:
         self.close_channel()
         token = new_token()
         try:
-            self.channel = connect(address_for(self.address), token, max_frame_bytes=max_frame_bytes)
+            if block_bytes is not None:
+                self.block = shared.Block.create(*block_bytes)
+            self.channel = connect(address_for(self.address), token, max_frame_bytes=max_frame_bytes, block=self.block)
         except OSError as error:
+            self.close_channel()
             nothing_there = error.errno in (errno.ENOENT, errno.ECONNREFUSED)
             return error.strerror or str(error), not nothing_there
         self.token = token
         return "", False
 
-    def use_channel(self) -> None:
-        """The WELCOME took the channel: from now on the membership's messages travel on it."""
+    def use_channel(self, shared_memory: bool = False) -> None:
+        """The WELCOME took the channel: from now on the membership's messages travel on it, through the shared
+        block's mailboxes if the WELCOME took that too."""
         if self.channel is not None:
+            block, self.block = self.block, None
+            if shared_memory and block is not None:
+                self.channel.use_block(block, outgoing=shared.REPLIES)
+            elif block is not None:
+                block.close()
             self._channel_poll = select.poll()
             self._channel_poll.register(self.channel.fileno(), _READ)
             self._polling_writes = False
@@ -102,6 +114,9 @@ class ServerConnection:
         if self.channel is not None:
             self.channel.close()
             self.channel = None
+        if self.block is not None:
+            self.block.close()
+            self.block = None
         self.on_channel = False
         self.token = b""
 
@@ -113,7 +128,14 @@ class ServerConnection:
         Raises:
             LinkBroken: the link is broken (the server is gone, or an interrupt cut a send short).
         """
-        (self.channel if self.on_channel else self.dealer).send(frames)
+        if not self.on_channel:
+            self.dealer.send(frames)
+            return
+        if self._handed_out:  # a reply: the command it answers is read, and its mailbox free for the next
+            self._handed_out = False
+            self.channel.consume()
+            self.channel.release()
+        self.channel.send(frames)
 
     def send_last(self, frames: Sequence[Any], timeout: float) -> bool:
         """Send a last message (a BYE), waiting at most ``timeout`` for it to go out; False if it did not."""
@@ -184,9 +206,14 @@ class ServerConnection:
                 if writing != self._polling_writes:
                     poll.modify(channel.fileno(), _READ | (_WRITE if writing else 0))
                     self._polling_writes = writing
-                for _, events in poll.poll(int(remaining * 1000) + 1):
-                    if events & _WRITE:
-                        channel.flush()
+                if channel.sleep():
+                    try:
+                        found = poll.poll(int(remaining * 1000) + 1)
+                    finally:
+                        channel.wake()
+                    for _, events in found:
+                        if events & _WRITE:
+                            channel.flush()
                 record = channel.receive()
         self._handed_out = True
         record.rewind()

@@ -39,6 +39,7 @@ class Multiplexer:
         self.router = router
         self.listener = listener
         self.channels: dict[bytes, Channel] = {}  # members served over a data channel, by identity
+        self._mailboxes: dict[bytes, Channel] = {}  # those of them whose channel has a shared block
         self._of_fd: dict[int, tuple[bytes, Channel]] = {}  # each channel, and its member, by descriptor
         self._joined = 0  # counts the channels added and removed (see _register)
         self._poll = select.poll()
@@ -51,11 +52,14 @@ class Multiplexer:
         """Wait on ``channel``, the data channel of member ``identity``, too."""
         self.channels[identity] = channel
         self._of_fd[channel.fileno()] = (identity, channel)
+        if channel.block is not None:
+            self._mailboxes[identity] = channel
         self._joined += 1
 
     def remove(self, identity: bytes) -> Channel | None:
         """Stop waiting on the data channel of ``identity`` (which the caller closes); it, or None."""
         channel = self.channels.pop(identity, None)
+        self._mailboxes.pop(identity, None)
         if channel is not None:
             fd = channel.fileno()
             self._of_fd.pop(fd, None)
@@ -87,7 +91,7 @@ class Multiplexer:
         if spin > 0:
             clock, until = time.perf_counter, time.perf_counter() + spin
             while clock() < until:  # zero-timeout polls: one system call a look, however many links
-                event = self._poll_links(0)
+                event = self._poll_links(0) or (self._from_channels(self._mailboxes) if self._mailboxes else None)
                 if event is not None:
                     return event
         deadline = time.monotonic() + timeout
@@ -95,7 +99,15 @@ class Multiplexer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            event = self._poll_links(int(remaining * 1000) + 1)
+            if not self._sleep():  # a mailbox holds a message that rang no doorbell
+                event = self._from_channels()
+                if event is not None:
+                    return event
+                continue
+            try:
+                event = self._poll_links(int(remaining * 1000) + 1)
+            finally:
+                self._wake()
             if event is not None:
                 return event
 
@@ -114,12 +126,14 @@ class Multiplexer:
             return self.router.receive() or self._from_channels()
         return self._from_channels() or self.router.receive()
 
-    def _from_channels(self) -> Event | None:
-        """The current record of the first channel that has one whole, as an arrival (or its link broken).
+    def _from_channels(self, channels: dict[bytes, Channel] | None = None) -> Event | None:
+        """The current record of the first channel (of ``channels``, default all) that has one whole, as an
+        arrival (or its link broken). Over the shared mailboxes alone (``self._mailboxes``) it makes no
+        system call.
 
         A channel whose read an interrupt cut short counts as buffered, and may still lack the rest of its
         record once that read is accounted for."""
-        for identity, channel in self.channels.items():
+        for identity, channel in (self.channels if channels is None else channels).items():
             if channel.buffered():
                 try:
                     record = channel.receive()
@@ -128,6 +142,19 @@ class Multiplexer:
                 if record is not None:
                     return _arrival(identity, channel, record)
         return None
+
+    def _sleep(self) -> bool:
+        """Before a ``poll()`` that may block: have every shared mailbox ring a doorbell for its next message. False
+        (nobody sleeps) if one holds a message already."""
+        for channel in self._mailboxes.values():
+            if not channel.sleep():
+                self._wake()
+                return False
+        return True
+
+    def _wake(self) -> None:
+        for channel in self._mailboxes.values():
+            channel.wake()
 
     def _poll_links(self, milliseconds: int) -> Event | None:
         """One ``poll()`` on every link (waiting at most ``milliseconds``), then what it found: reading

@@ -1,4 +1,5 @@
-"""The chaos soak: one learner, many clients on both planes, faults that combine, every row checked.
+"""The chaos soak: one learner, many clients on every plane (shared memory, the data channel's socket, ZeroMQ),
+faults that combine, every row checked.
 
 ``python -m tests.soak --seconds 3600 --seed 123`` (``tests/test_soak.py`` runs it in CI for 60 s on a fixed
 and on a random seed). It prints the seed first and a summary last (faults by kind, calls by kind, rows

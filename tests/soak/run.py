@@ -24,11 +24,12 @@ from gymnasium.vector import AutoresetMode
 
 from gym_remote import RemoteVectorEnv
 from tests.envs.soak import ACTIONS, observation_space
+from tests.helpers import mapped_shared_blocks
 from tests.soak.checker import TOLERANCES, Checker
 from tests.soak.events import EventLog, LibraryLog
 from tests.soak.learner import Learner, SoakFailure
 from tests.soak.schedule import KINDS, LIVENESS, NUM_ENVS, Parameters, fault_schedule, learner_rng, parameters
-from tests.soak.supervisor import FaultInjector, Supervisor
+from tests.soak.supervisor import FaultInjector, Supervisor, plane_for
 
 RSS_GROWTH_BASE, RSS_GROWTH_PER_HOUR = 16 * 2**20, 16 * 2**20
 """Bytes the learner's process may grow between the first measurement after the warm-up and the end: 16 MiB,
@@ -95,9 +96,24 @@ def child_pids() -> list[int]:
     return children
 
 
-def leftovers(address: str, ipc_path: Path | None, tmpdir: Path) -> list[str]:
-    """What the closed learner and its exited clients must not have left: processes, socket names, files."""
+def shared_memory_files() -> set[str]:
+    """What ``/dev/shm`` holds (the shared blocks are memfds, which never appear there: nothing must)."""
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def leftovers(address: str, ipc_path: Path | None, tmpdir: Path, shm_before: set[str]) -> list[str]:
+    """What the closed learner and its exited clients must not have left: processes, socket names, files, shared
+    memory (in ``/dev/shm``, or mapped into the learner)."""
     problems = []
+    added = sorted(shared_memory_files() - shm_before)
+    if added:
+        problems.append(f"files left in /dev/shm: {added[:20]}")
+    mapped = mapped_shared_blocks()
+    if mapped:
+        problems.append(f"shared blocks still mapped into the learner: {mapped[:5]}")
     children = child_pids()
     if children:
         problems.append(f"child processes still there: {children}")
@@ -135,6 +151,7 @@ def run_soak(
     )
     print(f"replay: {replay}", file=out, flush=True)
     started = time.monotonic()
+    shm_before = shared_memory_files()
     workdir = Path(tempfile.mkdtemp(prefix="gym-remote-soak-"))
     tmpdir, sockdir = workdir / "tmp", workdir / "sock"
     tmpdir.mkdir()
@@ -159,7 +176,7 @@ def run_soak(
         log.add("failure", failure)
         log.add("failure", traceback.format_exc().replace("\n", "\n" + " " * 31))
     finally:
-        problems = _finish(envs, supervisor, injector, ipc_path, tmpdir, log, settled=failure is None)
+        problems = _finish(envs, supervisor, injector, ipc_path, tmpdir, shm_before, log, settled=failure is None)
         library.removeHandler(handler)
         library.setLevel(previous_level)
         tempfile.tempdir = previous_tmp
@@ -220,7 +237,7 @@ def _start(
     injector = FaultInjector(supervisor, fault_schedule(params.seed, without), params.zmq_share, log, started)
     planes = random.Random(f"planes-{params.seed}")
     for size in params.initial_sizes:
-        injector.start_client(size, "zmq" if planes.random() < params.zmq_share else "uds", "initial")
+        injector.start_client(size, plane_for(planes.random(), params.zmq_share), "initial")
     injector.expect_joins()  # the first reset waits for them
     checker = Checker(NUM_ENVS, params.mode, params.payload, tolerate)
     learner = Learner(envs, checker, injector, log, learner_rng(params.seed), started, "interrupt" not in without)
@@ -229,7 +246,16 @@ def _start(
     return envs, supervisor, injector, learner
 
 
-def _finish(envs, supervisor, injector, ipc_path: Path | None, tmpdir: Path, log: EventLog, settled: bool) -> list[str]:
+def _finish(
+    envs,
+    supervisor,
+    injector,
+    ipc_path: Path | None,
+    tmpdir: Path,
+    shm_before: set[str],
+    log: EventLog,
+    settled: bool,
+) -> list[str]:
     """Stop the faults, close the learner, let every client exit, and list what is left behind.
 
     ``settled``: the run ended well, so every client served or waited in line (``Learner.settle``) and must
@@ -250,7 +276,7 @@ def _finish(envs, supervisor, injector, ipc_path: Path | None, tmpdir: Path, log
         problems += stragglers if settled else []
         supervisor.kill_all()
     if envs is not None:
-        problems += leftovers(address, ipc_path, tmpdir)
+        problems += leftovers(address, ipc_path, tmpdir, shm_before)
     return problems
 
 

@@ -1,7 +1,7 @@
 """The soak's client processes: the supervisor that starts and ends them, and the fault injector.
 
 :class:`Supervisor` starts ``gym-remote client`` processes (``python -m gym_remote client``) hosting
-1-3 soak envs each, some with ``--no-data-plane``, and ends every one of them by pid. The
+1-3 soak envs each, on every plane (``plane_for``), and ends every one of them by pid. The
 :class:`FaultInjector` thread follows the seed's fault schedule: it SIGKILLs, SIGTERMs and SIGSTOPs
 clients, starts extra ones, and starts the replacements that keep the slots served.
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gym_remote.links import shared
 from tests.soak.events import EventLog
 from tests.soak.schedule import LIVENESS, NUM_ENVS, PlannedFault
 
@@ -42,6 +43,17 @@ KILL_GRACE = {"kill": 0.0, "term": 0.3, "freeze": LIVENESS + 1.5}
 have noticed: a heartbeat interval, the liveness timeout and a probe interval)."""
 
 
+def plane_for(choice: float, zmq_share: float) -> str:
+    """The plane of a client started with the random ``choice`` in [0, 1): ZeroMQ for a ``zmq_share`` of them,
+    the rest split evenly between the data channel with shared-memory mailboxes and its socket alone (the
+    socket alone only where the host has no mailboxes)."""
+    if choice < zmq_share:
+        return "zmq"
+    if not shared.AVAILABLE:
+        return "uds"
+    return "shm" if (choice - zmq_share) / (1.0 - zmq_share) < 0.5 else "uds"
+
+
 @dataclass
 class Client:
     """One client process the soak started."""
@@ -49,7 +61,7 @@ class Client:
     number: int
     name: str
     size: int
-    plane: str  # "uds" or "zmq" (--no-data-plane)
+    plane: str  # "shm", "uds" or "zmq" (--no-data-plane); see plane_for
     process: subprocess.Popen
     log_path: Path
     started: float
@@ -107,12 +119,13 @@ class Supervisor:
             "--env-kwargs", json.dumps({"payload": self.payload}), "--liveness-timeout", str(LIVENESS),
             "--connect-timeout", "60",
         ]  # fmt: skip
+        environment = dict(self.environment)
         if plane == "zmq":
             command.append("--no-data-plane")
+        else:
+            environment["GYM_REMOTE_DATA_PLANE"] = plane  # "shm" or "uds": the data channel's kind
         with open(log_path, "w") as output:
-            process = subprocess.Popen(
-                command, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=self.environment
-            )
+            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=environment)
         client = Client(number, name, size, plane, process, log_path, time.monotonic())
         with self.lock:
             self.clients.append(client)
@@ -378,7 +391,7 @@ class FaultInjector(threading.Thread):
         if seen_waiting and self._capacity(leaving=victim) > NUM_ENVS:
             self.log.add("supervise", f"no replacement for {victim.name}: it was waiting in line, enough others wait")
             return
-        plane = "zmq" if planned.choice < self.zmq_share else "uds"
+        plane = plane_for(planned.choice, self.zmq_share)
         if self._line_known_empty() and victim.size > 1:
             sizes = [victim.size] if planned.choice < 0.7 else [1] * victim.size
         else:
@@ -395,5 +408,5 @@ class FaultInjector(threading.Thread):
             return
         self.counts["extra"] = self.counts.get("extra", 0) + 1
         size = 1 if planned.choice < 0.6 else 2
-        plane = "zmq" if (planned.choice * 7) % 1 < self.zmq_share else "uds"
+        plane = plane_for((planned.choice * 7) % 1, self.zmq_share)
         self.start_client(size, plane, "extra, waits in line")

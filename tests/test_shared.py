@@ -1,0 +1,177 @@
+"""The shared block of a data channel (``gym_remote.links.shared``) on its own: what the learner accepts when a
+client hands one over, the mailboxes' words, and the memory fence. No sockets (test_channel.py runs the
+channel's tests over mailboxes too)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import tempfile
+import threading
+
+import pytest
+
+from gym_remote.links import shared
+from gym_remote.links.shared import Block, BlockRefused
+
+pytestmark = [
+    pytest.mark.timeout(30),
+    pytest.mark.skipif(not shared.AVAILABLE, reason="shared-memory mailboxes need x86-64 Linux"),
+]
+
+
+@pytest.fixture
+def block():
+    made = Block.create(100, 5000)
+    yield made
+    made.close()
+
+
+def attach_copy(block: Block, max_bytes: int = shared.MAX_BLOCK_BYTES) -> Block:
+    return Block.attach(os.dup(block.fd), max_bytes)
+
+
+def test_a_block_is_sealed_sized_in_pages_and_attaches(block):
+    assert all(capacity % 4096 == 0 and capacity >= shared.MIN_LANE_BYTES for capacity in block.capacities)
+    assert block.size == shared.HEADER_BYTES + sum(block.capacities)
+    other = attach_copy(block)
+    try:
+        assert other.capacities == block.capacities
+        outbox, inbox = other.outbox(shared.COMMANDS), block.inbox(shared.COMMANDS)
+        assert not inbox.holds(0)
+        outbox.post(1, struct.pack("<IQ", 1, 3), [b"abc"], 4 + 8 + 3)
+        assert inbox.holds(0) and [bytes(frame) for frame in inbox.frames(10)] == [b"abc"]
+        assert not outbox.free_for(2)
+        inbox.mark_taken(1)
+        assert outbox.free_for(2)
+    finally:
+        other.close()
+    with pytest.raises(PermissionError):  # sealed: neither end can shrink it under the other's reads
+        os.ftruncate(block.fd, 4096)
+
+
+def test_a_lane_holds_twice_what_it_is_sized_for():
+    assert shared.lane_bytes(0) == shared.MIN_LANE_BYTES
+    assert shared.lane_bytes(1 << 20) >= 2 << 20
+
+
+def _memfd(size: int, seals: int = 0, content: bytes = b"") -> int:
+    fd = os.memfd_create("test", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if content:
+        os.pwrite(fd, content, 0)
+    if seals:
+        import fcntl
+
+        fcntl.fcntl(fd, 1033, seals)  # F_ADD_SEALS
+    return fd
+
+
+SHRINK = 2
+
+
+def _header(capacities: tuple[int, int]) -> bytes:
+    return shared.MAGIC + struct.pack("@QQ", *capacities)
+
+
+def _a_file() -> int:
+    with tempfile.TemporaryFile() as file:
+        file.truncate(4096 + 2 * 65536)
+        return os.dup(file.fileno())
+
+
+FULL = 4096 + 2 * 65536
+
+
+@pytest.mark.parametrize(
+    ("make", "max_bytes", "reason"),
+    [
+        (lambda: _memfd(FULL, 0, _header((65536, 65536))), None, "not sealed against shrinking"),
+        (lambda: _memfd(FULL, SHRINK, b"NOT-OURS" + bytes(16)), None, "header is not"),
+        (lambda: _memfd(FULL, SHRINK, _header((65536, 65537))), None, "do not fill"),
+        (lambda: _memfd(FULL, SHRINK, _header((2 * 65536, 0))), None, "do not fill"),
+        (lambda: _memfd(4096, SHRINK, _header((0, 0))), None, "out of bounds"),
+        (lambda: _memfd(FULL, SHRINK, _header((65536, 65536))), FULL - 1, "out of bounds"),
+        (_a_file, None, "not a sealable memfd"),
+    ],
+    ids=["unsealed", "bad magic", "lanes overflow", "an empty lane", "too small", "too large", "a file"],
+)
+def test_a_block_the_learner_cannot_trust_is_refused_and_closed(make, max_bytes, reason):
+    fd = make()
+    with pytest.raises(BlockRefused, match=reason):
+        Block.attach(fd, max_bytes or shared.MAX_BLOCK_BYTES)
+    with pytest.raises(OSError):  # the descriptor was closed
+        os.fstat(fd)
+
+
+def test_what_is_posted_is_read_within_the_mailbox_only(block):
+    """A record is read from the mailbox's bytes up to the posted length, never past the mailbox."""
+    outbox, inbox = block.outbox(shared.REPLIES), block.inbox(shared.REPLIES)
+    capacity = outbox.capacity
+    outbox.post(1, struct.pack("<IQ", 1, capacity - 12), [bytes(capacity - 12)], capacity)
+    (frame,) = inbox.frames(1 << 30)
+    assert frame.nbytes == capacity - 12 and frame.readonly
+
+
+def test_the_sleeping_flag_is_seen_by_the_sender(block):
+    outbox, inbox = block.outbox(shared.COMMANDS), block.inbox(shared.COMMANDS)
+    assert not outbox.receiver_sleeps()
+    assert inbox.sleep(0)
+    assert outbox.receiver_sleeps()
+    inbox.wake()
+    assert not outbox.receiver_sleeps()
+    outbox.post(1, struct.pack("<IQ", 1, 1), [b"x"], 13)
+    assert not inbox.sleep(0) and not outbox.receiver_sleeps()  # a message came: it stays awake
+
+
+class _Stop(Exception):
+    pass
+
+
+def _fence_then_set(done: threading.Event) -> None:
+    shared._fence()
+    done.set()
+
+
+def test_a_fence_cut_short_at_any_bytecode_leaves_nothing_held():
+    """The fence takes a lock; an interrupt at any of its bytecodes (as a signal handler that raises would)
+    must not leave a lock held that the next fence would wait on forever."""
+    opcodes = 0
+
+    def count(frame, event, arg):
+        nonlocal opcodes
+        frame.f_trace_opcodes = True
+        if event == "opcode" and frame.f_code is shared._fence.__code__:
+            opcodes += 1
+        return count
+
+    sys.settrace(count)
+    try:
+        shared._fence()
+    finally:
+        sys.settrace(None)
+    assert opcodes > 0
+    for cut in range(1, opcodes + 1):
+        seen = 0
+
+        def interrupt(frame, event, arg, cut=cut):
+            nonlocal seen
+            frame.f_trace_opcodes = True
+            if event == "opcode" and frame.f_code is shared._fence.__code__:
+                seen += 1
+                if seen == cut:
+                    raise _Stop
+            return interrupt
+
+        sys.settrace(interrupt)
+        try:
+            shared._fence()
+        except _Stop:
+            pass
+        finally:
+            sys.settrace(None)
+        done = threading.Event()
+        thread = threading.Thread(target=_fence_then_set, args=(done,), daemon=True)
+        thread.start()
+        assert done.wait(5), f"a fence cut short at its opcode {cut} left a lock held"
