@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_remote.links import channel
+from gym_remote.links import channel, shared
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -60,12 +60,14 @@ def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
     assert [case["name"] for case in report["cases"]] == ["floor", "training", "partial", "scale"]
     linux = sys.platform.startswith("linux")  # the raw floors below ZeroMQ
     uds = channel.AVAILABLE  # the same-host data plane
+    shm = uds and shared.AVAILABLE  # and its shared-memory mailboxes
     floor = report["cases"][0]["medians"]
     zmq_rows = {"raw echo ipc, 1 client", "Remote ipc, 1 client", "raw echo tcp, 1 client", "Remote tcp, 1 client"}
     assert zmq_rows <= set(floor), sorted(floor)
     if linux:  # a Unix socket, and shared memory woken through eventfds
         assert {"raw uds, 1 client", "raw shm, 1 client"} <= set(floor), sorted(floor)
     assert ("Remote uds, 1 client" in floor) == uds, sorted(floor)
+    assert ("Remote shm, 1 client" in floor) == (shm and linux), sorted(floor)
     per_core = min(suite.CORES, 8)
     cpp_rows = {
         "C++ client, uds, 1 client",
@@ -76,8 +78,9 @@ def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
     assert all(value > 0 for value in floor.values())
     training = report["cases"][1]["medians"]
     expected = {"SyncVectorEnv", "AsyncVectorEnv", "Remote ipc, 1 client", "Remote ipc, 1 client, spin=0"}
-    if uds:
-        expected |= {"Remote uds, 1 client", "Remote uds, 1 client, spin=0", "Remote uds, 2 clients"}
+    for plane, available in (("uds", uds), ("shm", shm)):
+        if available:
+            expected |= {f"Remote {plane}, 1 client", f"Remote {plane}, 1 client, spin=0", f"Remote {plane}, 2 clients"}
     assert set(training) == expected
     assert all(value > 0 for value in training.values())
     names = {target["target"].split(",")[0] for target in report["targets"]}
