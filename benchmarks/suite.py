@@ -412,13 +412,13 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
             add(f"{text}: best Remote layout / PufferLib's best row", remote_rate / puffer_rate, 1.0, detail)
         for plane in DATA_PLANES:  # informative: the data plane's gain
             if any(label.startswith(f"Remote {plane}") for label in medians):
-                found, found_rate = best(cases[key], f"Remote {plane}")
+                plane_label, plane_rate = best(cases[key], f"Remote {plane}")
                 zmq_label, zmq_rate = best(cases[key], "Remote ipc", "Remote tcp")
                 add(
                     f"{text}: best Remote {plane} layout / best ZeroMQ layout",
-                    found_rate / zmq_rate,
+                    plane_rate / zmq_rate,
                     1.0,
-                    f"{found}; {zmq_label}",
+                    f"{plane_label}; {zmq_label}",
                 )
     if "busy" in cases:
         busy = cases["busy"].medians

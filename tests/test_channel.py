@@ -564,6 +564,31 @@ def test_the_environment_variable_turns_the_default_off(monkeypatch, value, on):
     assert channel.enabled_by_default() is on
 
 
+@pytest.mark.parametrize(
+    ("switch", "choice", "kind"),
+    [
+        ("", None, "shm"),
+        ("uds", None, "uds"),
+        ("UDS", True, "uds"),  # True: the default kind, as the environment names it
+        ("shm", None, "shm"),
+        ("off", None, ""),
+        ("off", True, "shm"),  # an explicit choice wins
+        ("", "uds", "uds"),
+        ("shm", False, ""),
+        ("", "", ""),  # (the answer for off, passed on to a launched client)
+    ],
+)
+def test_the_kind_of_data_plane_follows_the_choice_then_the_environment(monkeypatch, switch, choice, kind):
+    monkeypatch.setenv(channel.ENV_SWITCH, switch)
+    expected = "uds" if kind == "shm" and not shared.AVAILABLE else kind
+    assert channel.wanted(choice) == expected
+
+
+def test_a_data_plane_kind_that_does_not_exist_is_refused():
+    with pytest.raises(ValueError, match="data_plane must be True, False, None or one of"):
+        channel.wanted("tcp")
+
+
 def test_a_forked_child_does_not_keep_the_listeners_name(listener):
     """A child forked without exec closes its copy of the listening socket: the name is free when the parent closes."""
     child = _forked_sleeper()
@@ -609,22 +634,41 @@ def test_messages_that_fit_go_through_the_mailbox_and_the_rest_on_the_socket_in_
     assert a.messages_posted == 5
 
 
-def test_a_doorbell_rings_only_for_a_receiver_that_sleeps(mailboxes):
+def test_a_sleeping_receiver_gets_its_message_on_the_socket_and_an_awake_one_in_the_mailbox(mailboxes):
     a, b = mailboxes
     a.send([b"while awake"])
-    assert not select.select([b.fileno()], [], [], 0.05)[0], "a doorbell for a receiver that did not sleep"
-    assert frames_of(b.receive()) == [b"while awake"]
+    assert not select.select([b.fileno()], [], [], 0.05)[0], "a system call for a receiver that did not sleep"
+    assert frames_of(b.receive()) == [b"while awake"] and a.messages_posted == 1
     b.consume()
     assert b.sleep()  # nothing waits: it may sleep
     a.send([b"while asleep"])
-    assert select.select([b.fileno()], [], [], 5)[0], "no doorbell woke the sleeping receiver"
+    assert select.select([b.fileno()], [], [], 5)[0], "nothing woke the sleeping receiver"
     b.wake()
-    assert frames_of(b.receive()) == [b"while asleep"]
+    assert frames_of(b.receive()) == [b"while asleep"] and a.messages_posted == 1  # it came on the socket
     b.consume()
-    assert b.receive() is None and b._buffer[b._start : b._end] == b""  # the doorbell was read and passed over
+    b.release()
     a.send([b"before sleeping"])
     assert not b.sleep()  # a message came before it went to sleep: it must not
-    assert frames_of(b.receive()) == [b"before sleeping"]
+    assert frames_of(b.receive()) == [b"before sleeping"] and a.messages_posted == 2
+
+
+def test_a_receiver_that_falls_asleep_while_a_message_is_posted_gets_a_doorbell(mailboxes, monkeypatch):
+    """The sender saw the receiver awake and posted; the receiver went to sleep before it could see the post
+    (its own look at the mailbox came first): the sender's second look finds it asleep and rings."""
+    a, b = mailboxes
+    looks = []
+
+    def asleep_from_the_second_look(outbox):
+        looks.append(outbox)
+        return len(looks) > 1
+
+    monkeypatch.setattr(shared.Outbox, "receiver_sleeps", asleep_from_the_second_look)
+    a.send([b"posted"])
+    assert len(looks) == 2 and a.messages_posted == 1
+    assert select.select([b.fileno()], [], [], 5)[0], "no doorbell woke the receiver"
+    assert frames_of(b.receive()) == [b"posted"]
+    b.consume()
+    assert b.receive() is None and b._buffer[b._start : b._end] == b""  # the doorbell was read and passed over
 
 
 def test_a_doorbell_only_wakes(mailboxes):

@@ -14,8 +14,9 @@ from the learner, replies from the client), each a mailbox for one record of the
 The words are in the host's byte order (both sides run on one host), 8-byte aligned, and each is written
 whole. A sender numbers its messages 1, 2, ... whichever way they travel. It puts message ``n`` in the
 mailbox only when the receiver has taken ``n - 1`` messages (so the mailbox is free, and nothing older is
-unread on the socket), writes ``posted = n`` last, and writes a *doorbell* (a record of 0 frames) on the
-socket only if the receiver said it sleeps. A receiver takes the mailbox's message when ``posted`` is one
+unread on the socket) and is not asleep (a sleeping receiver is woken by the socket anyway), writes
+``posted = n`` last, and writes a *doorbell* (a record of 0 frames) on the socket only if the receiver
+went to sleep meanwhile. A receiver takes the mailbox's message when ``posted`` is one
 more than what it has taken, and otherwise reads the socket; before it sleeps in ``poll()`` it sets
 ``sleeping`` and looks at the mailbox once more. Everything that does not fit, or finds the mailbox busy,
 travels on the socket as before, so the mailbox only ever saves work.
@@ -226,7 +227,8 @@ class Outbox(_Lane):
         return _WORD.unpack_from(self._map, self._posted)[0]
 
     def receiver_sleeps(self) -> bool:
-        """Whether the receiver sleeps (or is about to) and needs a doorbell; to be asked after posting."""
+        """Whether the receiver sleeps (or is about to): a message is better sent on the socket, which wakes it;
+        asked again after posting, a doorbell is needed."""
         _fence()
         return _HALF.unpack_from(self._map, self._sleeping)[0] != 0
 
