@@ -1073,14 +1073,9 @@ def _block_bytes(hosted: HostedEnvs) -> tuple[int, int]:
 
 
 def _array_bytes(space: gym.Space) -> int:
-    """The bytes of one value of ``space`` as arrays (0 for spaces whose values travel in the value section)."""
-    if isinstance(space, gym.spaces.Dict):
-        return sum(_array_bytes(part) for part in space.spaces.values())
-    if isinstance(space, gym.spaces.Tuple):
-        return sum(_array_bytes(part) for part in space.spaces)
-    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
-        return int(np.prod(space.shape, dtype=np.int64)) * np.dtype(space.dtype).itemsize
-    return 0
+    """The bytes of one value of ``space`` as array frames (0 for spaces whose values travel in the value section)."""
+    leaves = codec.array_leaf_spaces(space) or []
+    return sum(int(np.prod(leaf.shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize for leaf in leaves)
 
 
 def error_report(error: BaseException) -> dict[str, str]:

@@ -658,7 +658,7 @@ def test_a_receiver_that_falls_asleep_while_a_message_is_posted_gets_a_doorbell(
     a, b = mailboxes
     looks = []
 
-    def asleep_from_the_second_look(outbox):
+    def asleep_from_the_second_look(outbox, fenced=True):
         looks.append(outbox)
         return len(looks) > 1
 

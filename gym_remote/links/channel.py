@@ -308,7 +308,7 @@ class Channel:
             and not self._outbox
             and size <= mail.capacity
             and mail.free_for(number)
-            and not mail.receiver_sleeps()
+            and not mail.receiver_sleeps(fenced=False)  # (a stale answer only picks the path: see _settle_post)
         ):
             self._posting = number
             self._unsettled = True
@@ -478,14 +478,11 @@ class Channel:
     def consume(self) -> None:
         """The current record is taken care of: the next :meth:`receive` hands out the one after it."""
         if self._current is not None:
-            if self._current_in_mailbox:  # (these stores come with no call between them)
-                self._current = None
-                self._messages_taken += 1
-            else:
+            if not self._current_in_mailbox:  # (these stores come with no call between them)
                 self._start = self._current_end
-                self._current = None
                 self._parsed_start = -1
-                self._messages_taken += 1
+            self._current = None
+            self._messages_taken += 1
             self._release_due = self._mail_in is not None
 
     def release(self) -> None:

@@ -226,10 +226,12 @@ class Outbox(_Lane):
         """The number of the message last posted."""
         return _WORD.unpack_from(self._map, self._posted)[0]
 
-    def receiver_sleeps(self) -> bool:
+    def receiver_sleeps(self, fenced: bool = True) -> bool:
         """Whether the receiver sleeps (or is about to): a message is better sent on the socket, which wakes it;
-        asked again after posting, a doorbell is needed."""
-        _fence()
+        asked again after posting, a doorbell is needed. Only an answer after a memory barrier (``fenced``)
+        sees a receiver that went to sleep just before."""
+        if fenced:
+            _fence()
         return _HALF.unpack_from(self._map, self._sleeping)[0] != 0
 
 
