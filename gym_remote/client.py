@@ -61,6 +61,13 @@ DEFAULT_SPIN_SECONDS = 200e-6
 STEP (CartPole, 8 envs, 1 client: median 41 µs, 90th percentile 87 to 111 µs), and longer than such a wait
 that sleeps (so that a spin turned off by slow commands comes back when they are fast again)."""
 
+HELLO_REPEAT_SECONDS = 2.0
+"""How long a client waits for an answer to its HELLO before it sends it again (PROTOCOL.md §7): the learner
+drops a message an interrupt of its call cut short while it was read. The wait doubles with each repeat."""
+
+MAX_HELLO_REPEAT_SECONDS = 32.0
+"""The longest wait between two repeats of an unanswered HELLO."""
+
 HANDSHAKE_FAILURES = 3
 """Security handshakes the server cuts off in a row (the sign of a wrong server key) before giving up."""
 
@@ -596,9 +603,16 @@ class EnvClient:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         self._join_timeout = timeout
-        self._send_hello(hosted, deadline)
+        hello = self._send_hello(hosted, deadline)
+        repeat_after = HELLO_REPEAT_SECONDS
+        repeat_at = time.monotonic() + repeat_after
         in_line = False
         while True:
+            if not in_line and time.monotonic() >= repeat_at:  # unanswered: the learner may have dropped it
+                logger.info("client %s: no answer to HELLO within %g s; saying it again", self.name, repeat_after)
+                self._send(hello, "HELLO")
+                repeat_after = min(2 * repeat_after, MAX_HELLO_REPEAT_SECONDS)
+                repeat_at = time.monotonic() + repeat_after
             received = self._receive(IDLE_POLL_SECONDS)
             if received is None and self._connection_dropped():
                 # The server went away before it welcomed us (or while we waited in line): the HELLO went
@@ -612,7 +626,9 @@ class EnvClient:
                 if deadline is not None and time.monotonic() > deadline and not in_line:
                     raise self._no_answer()
                 self._connect(linger=0)
-                self._send_hello(hosted, deadline)
+                hello = self._send_hello(hosted, deadline)
+                repeat_after = HELLO_REPEAT_SECONDS
+                repeat_at = time.monotonic() + repeat_after
                 continue
             if received is None:
                 if self._stop.is_set():
@@ -687,10 +703,10 @@ class EnvClient:
             self._connect(linger=0)
             return None
 
-    def _send_hello(self, hosted: HostedEnvs, deadline: float | None) -> None:
+    def _send_hello(self, hosted: HostedEnvs, deadline: float | None) -> list[Any]:
         """Once a server answers the ZeroMQ handshake, open the data channel (if it is on this machine) and
-        send HELLO, offering the channel. Waiting for the handshake first lets a client started before its
-        server (or rejoining a restarted one) find the channel."""
+        send HELLO, offering the channel; returns the HELLO (to repeat it unchanged). Waiting for the handshake
+        first lets a client started before its server (or rejoining a restarted one) find the channel."""
         logger.info("client %s: connecting to %s with %d envs", self.name, self.address, hosted.count)
         self._wait_for_handshake(deadline)
         if self.data_plane:
@@ -700,6 +716,7 @@ class EnvClient:
                 self._no_data_channel(f"no data channel for this address ({reason})", unexpected)
         hello = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")
         self._send(hello, "HELLO")
+        return hello
 
     def _wait_for_handshake(self, deadline: float | None) -> None:
         """Wait until the ZeroMQ handshake with a server succeeds; a connection refused for now is tried again.
@@ -887,6 +904,8 @@ class EnvClient:
             self._send_call_result(header.seq, None, indexes)
         elif kind == Kind.PING:
             message.skip_rest()  # a probe: the server checks that this connection still routes
+        elif kind == Kind.WELCOME:
+            message.skip_rest()  # the answer to a repeated HELLO (the first answer came already)
         elif kind == Kind.CLOSE:
             message.skip_rest()
             self._send_last(protocol.message(Kind.BYE, seq=header.seq), "BYE")

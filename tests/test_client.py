@@ -315,6 +315,62 @@ def test_client_whose_server_stops_reading_rejoins_when_reconnecting():
         server.close()
 
 
+@pytest.mark.timeout(60)
+def test_a_client_whose_hello_goes_unanswered_says_it_again_and_ignores_the_second_welcome(monkeypatch):
+    """The learner drops a HELLO an interrupt cut short while it read it (PROTOCOL.md §7): the client sends the
+    same HELLO again after a while without an answer (2 s; shortened here), then after twice as long; once
+    welcomed, it ignores the WELCOME that answers a repeat, and serves."""
+    from gym_remote import client as client_module
+
+    HELLO_REPEAT_SECONDS = 0.4
+    monkeypatch.setattr(client_module, "HELLO_REPEAT_SECONDS", HELLO_REPEAT_SECONDS)
+    server = ScriptedServer()
+    runner = None
+    try:
+        client = EnvClient(server.address, [make_cartpole], data_plane=False, connect_timeout=30)
+        runner = run_in_thread(client)
+        first = server.router.recv_multipart()  # dropped, as the learner drops a HELLO cut short
+        first_at = time.monotonic()
+        second = server.router.recv_multipart()
+        second_at = time.monotonic()
+        third = server.router.recv_multipart()
+        third_at = time.monotonic()
+        assert first == second == third, "a repeated HELLO differs from the first"
+        assert protocol.parse_header(first[1]).kind == Kind.HELLO
+        assert HELLO_REPEAT_SECONDS * 0.9 <= second_at - first_at < HELLO_REPEAT_SECONDS + 1.0
+        assert 2 * HELLO_REPEAT_SECONDS * 0.9 <= third_at - second_at < 2 * HELLO_REPEAT_SECONDS + 1.0
+        server.identity = first[0]
+        welcome = {
+            "protocol": protocol.PROTOCOL_VERSION,
+            "server": "scripted",
+            "server_session": "scripted",
+            "slots": [0],
+            "num_envs": 1,
+            "autoreset_mode": "NextStep",
+            "observation_space": codec.space_to_value(make_cartpole().observation_space),
+            "action_space": codec.space_to_value(make_cartpole().action_space),
+            "allow_pickle": False,
+            "liveness_timeout": 10.0,
+            "reset_first": False,
+            "max_message_bytes": 1 << 30,
+        }
+        server.send(protocol.message(Kind.WELCOME, welcome))
+        server.send(protocol.message(Kind.WELCOME, welcome))  # the answer to a repeat
+        server.send(protocol.message(Kind.RESET, {"seeds": [7]}, seq=1, count=1))
+        server.router.setsockopt(zmq.RCVTIMEO, RECEIVE_MS)
+        header, _ = server.receive()
+        assert (header.kind, header.seq) == (Kind.RESULT, 1), f"got {protocol.kind_name(header.kind)}"
+        server.router.setsockopt(zmq.RCVTIMEO, int(3 * HELLO_REPEAT_SECONDS * 1000))
+        with pytest.raises(zmq.Again):  # welcomed: no more repeats, and no ERROR for the second WELCOME
+            server.router.recv_multipart()
+    finally:
+        if runner is not None:
+            runner.client.stop()
+            runner.join(20)
+        server.close()
+    assert runner.error is None, repr(runner.error)
+
+
 # -- 4. env errors name their env ------------------------------------------------------------------
 
 

@@ -247,6 +247,7 @@ class _Reading(enum.IntEnum):
     HEADER = 2  # taking the header frame
     CURRENT = 3  # the current message is handed out, its rest still in the socket
     FINISHING = 4  # the current message was consumed; what its handler did not read is to be dropped
+    WHOLE = 5  # reading the frames after the header of a message read whole (it is dropped if cut short)
 
 
 class Router:
@@ -414,6 +415,7 @@ class Router:
         if self._tell_peer(header):  # read whole (it can be handled again) and learn the sender
             peer, read = Peer(), []
             if sock.get(RCVMORE):
+                self._state = _Reading.WHOLE
                 frame = sock.recv(copy=False)
                 peer = Peer(_property(frame, "Peer-Address"), _property(frame, "User-Id"), _source_fd(frame))
                 read = _whole(frame, sock)
@@ -465,6 +467,10 @@ class Router:
             _drain(sock)
             self._state = _Reading.IDLE
             return CutShort(identity, None)
+        elif state == _Reading.WHOLE:  # frames of it were taken and lost
+            _drain(sock)
+            self._state = _Reading.IDLE
+            return CutShort(self._identity, self._header)
         self._state = _Reading.IDLE
         return None
 

@@ -3,6 +3,7 @@
 #include <sodium.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
@@ -27,6 +28,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kIdlePollMs = 200;        // how often an idle client checks whether it was asked to stop
+// An unanswered HELLO is said again after 2 s, then twice as long each time up to 32 s (PROTOCOL.md §7): the
+// learner drops a HELLO an interrupt of its call cut short.
+constexpr double kHelloRepeatSeconds = 2.0;
+constexpr double kMaxHelloRepeatSeconds = 32.0;
 constexpr int kHandshakeFailures = 3;   // security handshakes cut off in a row before giving up
 constexpr int kCloseLingerMs = 1000;    // how long a last BYE may still take to leave
 constexpr std::uint64_t kUnlimitedFrameBytes = std::uint64_t{1} << 62;  // a WELCOME without max_message_bytes
@@ -514,9 +519,17 @@ Status Client::Impl::Join(double timeout, bool* closed) {
   join_timeout = timeout;
   Deadline deadline = Deadline::After(timeout);
   GYM_REMOTE_RETURN_IF_ERROR(SendHello(deadline));
+  double repeat_after = kHelloRepeatSeconds;
+  Deadline repeat = Deadline::After(repeat_after);
   bool in_line = false;
   Message message;
   while (true) {
+    if (!in_line && repeat.passed()) {  // unanswered: the learner may have dropped it
+      Log(LogLevel::kInfo, Prefix() + "no answer to HELLO within " + Seconds(repeat_after) + " s; saying it again");
+      GYM_REMOTE_RETURN_IF_ERROR(SendHello(deadline));
+      repeat_after = std::min(2 * repeat_after, kMaxHelloRepeatSeconds);
+      repeat = Deadline::After(repeat_after);
+    }
     if (stop.load()) {
       SendBye(0, true);  // leaves the line, if it is in one
       return Status::Error(StatusCode::kStopped, Prefix() + "stopped before it joined the server at " +
@@ -538,6 +551,8 @@ Status Client::Impl::Join(double timeout, bool* closed) {
         if (deadline.passed() && !in_line) return NoAnswer();
         GYM_REMOTE_RETURN_IF_ERROR(OpenSocket());
         GYM_REMOTE_RETURN_IF_ERROR(SendHello(deadline));
+        repeat_after = kHelloRepeatSeconds;
+        repeat = Deadline::After(repeat_after);
         continue;
       }
       if (deadline.passed()) {
@@ -826,6 +841,7 @@ Status Client::Impl::Handle(Message* message, Outcome* outcome) {
       return SendCallResult(seq, indexes, Value());
     }
     case MessageKind::kPing: return Status::Ok();  // a probe: the server checks that this connection routes
+    case MessageKind::kWelcome: return Status::Ok();  // the answer to a repeated HELLO (the first came already)
     case MessageKind::kClose:
       SendBye(seq, false);
       Log(LogLevel::kInfo, Prefix() + "the server closed; exiting");
