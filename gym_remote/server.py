@@ -823,13 +823,14 @@ class SlotServer:
         self._answer(identity, members.hello(identity, hello, member_peer))
 
     def _take_offer(self, identity: bytes, hello: dict[str, Any]) -> None:
-        """Pair the data channel a HELLO offers with the connection its client greeted (PROTOCOL.md §13)."""
+        """Pair the data channel a HELLO offers with the connection its client greeted, and map the shared block
+        handed over with it (PROTOCOL.md §13)."""
         token = data_channel_token(hello)
         if token is None or self.listener is None or type(hello.get("pid")) is not int:
             return
         offered = self.listener.take(token, hello["pid"], identity)
+        name = str(hello.get("name"))[:200]
         if offered is None:
-            name = str(hello.get("name"))[:200]
             if name not in self._unclaimed_channels:  # once per client name
                 self._unclaimed_channels.add(name)
                 logger.warning(
@@ -843,6 +844,11 @@ class SlotServer:
         if previous is not None and previous is not offered:  # (the same: a HELLO handled again, see take)
             previous.close()
         self._offered[identity] = offered
+        if offered.block_fd >= 0:
+            refused = offered.attach_block()
+            if refused and name not in self._unclaimed_channels:  # (once per client name)
+                self._unclaimed_channels.add(name)
+                logger.warning("client %r: %s; it is served over its data channel's socket", name, refused)
 
     def _answer(self, identity: bytes, decision: Admit | Refuse) -> None:
         """Carry out what membership decided for ``identity``: welcome it, or refuse it."""
@@ -937,11 +943,6 @@ class SlotServer:
         """Send ``client`` its WELCOME; False if it cannot be reached any more."""
         observation_space, action_space = self.members.spaces_for(client)
         offered = self._offered.get(client.identity)
-        if offered is not None and offered.block_fd >= 0:
-            refused = offered.attach_block()
-            if refused and client.name not in self._unclaimed_channels:  # (once per client name)
-                self._unclaimed_channels.add(client.name)
-                logger.warning("%s: %s; it is served over its data channel's socket", client.describe(), refused)
         welcome = {
             "protocol": protocol.PROTOCOL_VERSION,
             "server": self.name,

@@ -336,7 +336,11 @@ class Channel:
                 if self._mail_out.receiver_sleeps():
                     self._ring()
             self._posting = 0
-        self._unsettled = self._read_base is not None or self._send_base is not None
+        self._recheck_unsettled()
+
+    def _recheck_unsettled(self) -> None:
+        """After a send, read or post was accounted for: whether another is still in progress."""
+        self._unsettled = self._read_base is not None or self._send_base is not None or self._posting != 0
 
     def _ring(self) -> None:
         """Send a doorbell: a record of no frames, which wakes a receiver sleeping in ``poll()``."""
@@ -395,7 +399,7 @@ class Channel:
                 self._sending = None
             self._send_base = None
         self._trim()
-        self._unsettled = self._read_base is not None or self._posting != 0
+        self._recheck_unsettled()
 
     def _trim(self) -> None:
         """Drop from the outbox what was sent. Repeatable."""
@@ -551,7 +555,7 @@ class Channel:
             self._read_result.extend(map(self.sock.recv_into, (self._view[self._end :],)))
         except BlockingIOError:
             self._read_base = None
-            self._unsettled = self._send_base is not None or self._posting != 0
+            self._recheck_unsettled()
             return False
         except OSError as error:
             raise self._broken_by(f"its data channel closed (receiving failed: {error.strerror or error})") from None
@@ -568,7 +572,7 @@ class Channel:
             return False
         if not self._read_result:  # it did not happen
             self._read_base = None
-            self._unsettled = self._send_base is not None or self._posting != 0
+            self._recheck_unsettled()
             return False
         received = self._read_result[0]
         if received == 0:
@@ -576,7 +580,7 @@ class Channel:
             raise self._broken_by(f"its data channel closed{partial} (the peer closed it, or its process ended)")
         self._end = base + received
         self._read_base = None
-        self._unsettled = self._send_base is not None or self._posting != 0
+        self._recheck_unsettled()
         return True
 
     def _make_room(self) -> None:
