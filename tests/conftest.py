@@ -23,7 +23,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 # -- the suite runs over every data plane --------------------------------------------------------------
 
-# Modules that open no socket (or choose their planes themselves) run once. The modules whose promises must
+# Modules that open no socket, choose their planes themselves, or test an API above the transport (the CLI, SB3,
+# Ray, the examples) run once, over the default plane. The modules whose promises must
 # hold on every link kind run three times: over the same-host data plane with shared-memory mailboxes ("shm",
 # the default on x86-64 Linux), over its socket alone ("uds", the fallback), and over ZeroMQ alone ("zmq").
 # Every other test runs twice, over the default plane and over ZeroMQ.
@@ -31,6 +32,7 @@ EVERY_PLANE_MODULES = {"test_equivalence", "test_faults", "test_partial_batches"
 ONE_PLANE_MODULES = {
     "test_benchmark_smoke",
     "test_channel",
+    "test_cli",
     "test_codec",
     "test_commands",
     "test_conformance_units",
@@ -38,13 +40,16 @@ ONE_PLANE_MODULES = {
     "test_data_plane",
     "test_docs",
     "test_episodes",
+    "test_examples",
     "test_membership",
     "test_mux",
     "test_partial_state",
     "test_probe",
     "test_protocol",
     "test_protocol_document",
+    "test_ray",
     "test_relay",
+    "test_sb3",
     "test_security_units",
     "test_soak",
     "test_structure",

@@ -420,6 +420,7 @@ def test_observation_space(space, mode):
     )
 
 
+@pytest.mark.alternate_planes
 @pytest.mark.parametrize("action_space", list(ACTION_SPACES))
 def test_action_space(action_space):
     index = list(ACTION_SPACES).index(action_space)
@@ -470,6 +471,7 @@ def _different_discrete_fns() -> list[Callable]:
 DIFFERENT = {"box": _different_box_fns, "dict": _different_dict_fns, "discrete": _different_discrete_fns}
 
 
+@pytest.mark.alternate_planes
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("case", list(DIFFERENT))
 def test_observation_mode_different(case, mode):
@@ -518,6 +520,7 @@ SPACE_MISMATCHES = {
 }
 
 
+@pytest.mark.alternate_planes
 @pytest.mark.parametrize("case", list(SPACE_MISMATCHES))
 def test_differing_spaces_raise_what_sync_and_async_raise(case):
     mode, observation_spaces, action_spaces = SPACE_MISMATCHES[case]
@@ -608,6 +611,7 @@ SEEDED_ENVS = {
 }
 
 
+@pytest.mark.alternate_planes
 @pytest.mark.parametrize("name", list(SEEDED_ENVS))
 def test_seeded_spaces_sample_as_in_sync(name):
     """Spaces seeded inside the env functions sample what SyncVectorEnv's spaces sample."""
@@ -861,6 +865,7 @@ ACTION_FORMS = {
 }
 
 
+@pytest.mark.alternate_planes
 @pytest.mark.parametrize("form", list(ACTION_FORMS))
 def test_actions_reach_the_envs_as_in_sync(form):
     """Each env gets the item of the batched actions SyncVectorEnv would give it: same type, dtype, value."""
@@ -886,6 +891,7 @@ def test_pendulum_with_float64_actions():
             same_result(sync.step(actions), remote.step(actions.copy()), f"step {t}")
 
 
+@pytest.mark.alternate_planes
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next_step", "same_step"])
 @pytest.mark.parametrize("kind", ["box_float64", "box_list", "discrete_int", "multi_discrete_tuple", "dict_mixed"])
 def test_loose_observations(kind, mode):

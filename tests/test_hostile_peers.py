@@ -1427,7 +1427,6 @@ GARBAGE_COMMANDS = {
     "RESET value without seeds": (_value_command(Kind.RESET, 21, b'{"options": null}'), 21, "seeds"),
     "CALL with a bad buffer index": (_value_command(Kind.CALL, 22, b'{"name": ["b", 3]}'), 22, "buffer index"),
     "SET_ATTR value not a dict": (_value_command(Kind.SET_ATTR, 23, b"17"), 23, ""),
-    "WELCOME after joining": (protocol.message(Kind.WELCOME, {"slots": [5]}, seq=24), 24, "unexpected WELCOME"),
     "HELLO from the server": ([raw_header(Kind.HELLO, seq=25)], 25, "unexpected HELLO"),
     "EVICT with garbage": ([raw_header(Kind.EVICT, seq=26, flags=FLAG_VALUE), b"{nope"], 26, "malformed value"),
     "STEP subset without its index frame": (
@@ -1529,7 +1528,9 @@ def test_env_client_answers_garbage_with_errors_and_keeps_serving(stack, tmp_pat
     assert not marker.exists()
     assert caplog.text.count("client victim: ") >= len(commands)
 
-    # still answers a valid STEP correctly (no garbage stepped or reset an env)
+    # a WELCOME after joining answers a repeated HELLO (PROTOCOL.md §7): ignored, whatever it says
+    server.send(protocol.message(Kind.WELCOME, {"slots": [5]}, seq=24))
+    # still answers a valid STEP correctly (no garbage stepped or reset an env), and nothing before it
     server.send([protocol.pack_step_header(40, 2), ACTIONS])
     obs, rewards, terminated, truncated = _result(server.recv(), 40)
     for index, env in enumerate(reference):
