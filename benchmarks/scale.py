@@ -13,7 +13,8 @@ For each count of clients, in turns:
 * ``partial``: the same vector (``batch_size = N / 2``) stepped with ``send`` / ``recv``.
 
 Each row gives client messages per second (each message is one env's step and its result), the
-learner process's CPU time per message (libzmq's I/O threads included), and how long the N clients took
+learner process's CPU time per message (libzmq's I/O threads included), the client processes' CPU time per
+message (all of them together share the cores with the learner), and how long the N clients took
 to join (for the floor: until every echo client said it is ready). Each learner waits for replies
 without spinning (``spin=0``), as the floor does. Linux (the clients are started and ended by pid);
 needs the C++ clients built (``clients/cpp``) and a C compiler with libzmq's headers.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import os
 import shutil
 import signal
 import statistics
@@ -85,6 +87,27 @@ class Fleet:
             self.end()
             raise
 
+    def cpu_seconds(self) -> float:
+        """The CPU time the client processes (all their threads) have used so far: the scheduler's own count
+        (``/proc/PID/task/TID/sched``, to the nanosecond; the tick counts of ``/proc/PID/stat`` are truncated per
+        process, which loses all of it for a client that ran less than a tick)."""
+        total = 0.0
+        for process in self.processes:
+            try:
+                threads = os.listdir(f"/proc/{process.pid}/task")
+            except OSError:  # (a process that is gone)
+                continue
+            for thread in threads:
+                try:
+                    with open(f"/proc/{process.pid}/task/{thread}/sched") as sched:
+                        for line in sched:
+                            if line.startswith("se.sum_exec_runtime"):
+                                total += float(line.rpartition(":")[2])  # milliseconds
+                                break
+                except (OSError, ValueError):
+                    continue
+        return total / 1000
+
     def end(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -99,11 +122,13 @@ class Fleet:
 
 
 class Row:
-    """One measured run: client messages per second, learner CPU microseconds per message, join seconds."""
+    """One measured run: client messages per second, the learner's and the clients' CPU microseconds per
+    message, join seconds."""
 
-    def __init__(self, messages: int, elapsed: float, cpu: float, join: float) -> None:
+    def __init__(self, messages: int, elapsed: float, cpu: float, clients_cpu: float, join: float) -> None:
         self.rate = messages / elapsed
         self.cpu_us = 1e6 * cpu / messages
+        self.clients_cpu_us = 1e6 * clients_cpu / messages
         self.join = join
 
 
@@ -122,7 +147,7 @@ def floor(clients: int, seconds: float) -> Row:
         identities = [router.recv_multipart()[0] for _ in range(clients)]  # "ready"
         join = time.monotonic() - started
         command = [bytes(size) for size in STEP_FRAMES]
-        rounds, cpu, begun = 0, time.process_time(), time.perf_counter()
+        rounds, cpu, clients_cpu, begun = 0, time.process_time(), fleet.cpu_seconds(), time.perf_counter()
         while time.perf_counter() - begun < seconds:
             for identity in identities:
                 router.send_multipart([identity, *command])
@@ -130,9 +155,10 @@ def floor(clients: int, seconds: float) -> Row:
                 router.recv_multipart()
             rounds += 1
         elapsed, cpu = time.perf_counter() - begun, time.process_time() - cpu
+        clients_cpu = fleet.cpu_seconds() - clients_cpu
         for identity in identities:
             router.send_multipart([identity, b"stop"])
-        return Row(rounds * clients, elapsed, cpu, join)
+        return Row(rounds * clients, elapsed, cpu, clients_cpu, join)
     finally:
         fleet.end()
         router.close()
@@ -161,7 +187,7 @@ def remote(clients: int, seconds: float, partial: bool) -> Row:
             envs.reset(seed=0)
         join = time.monotonic() - started
         actions = np.zeros(clients, dtype=np.int64)
-        messages, cpu, begun = 0, time.process_time(), time.perf_counter()
+        messages, cpu, clients_cpu, begun = 0, time.process_time(), fleet.cpu_seconds(), time.perf_counter()
         while time.perf_counter() - begun < seconds:
             if partial:
                 env_id = envs.recv()[4]["env_id"]
@@ -171,13 +197,14 @@ def remote(clients: int, seconds: float, partial: bool) -> Row:
                 envs.step(actions)
                 messages += clients
         elapsed, cpu = time.perf_counter() - begun, time.process_time() - cpu
+        clients_cpu = fleet.cpu_seconds() - clients_cpu
         if partial:
             while True:  # the last results, so that the clients are idle when the vector closes
                 try:
                     envs.recv()
                 except gym.error.NoAsyncCallError:
                     break
-        return Row(messages, elapsed, cpu, join)
+        return Row(messages, elapsed, cpu, clients_cpu, join)
     finally:
         envs.close()
         fleet.end()
@@ -197,7 +224,7 @@ def main() -> None:
         "RemoteVectorEnv, lock-step": lambda n: remote(n, args.seconds, partial=False),
         "RemoteVectorEnv, partial (batch N/2)": lambda n: remote(n, args.seconds, partial=True),
     }
-    columns = ("messages/s", 11), ("x floor", 8), ("CPU µs/msg", 11), ("x floor", 8), ("join s", 7)
+    columns = ("messages/s", 11), ("x floor", 8), ("CPU µs/msg", 11), ("x floor", 8), ("clients µs", 11), ("join s", 7)
     print(f"{'clients':>7s}  {'row':38s} " + " ".join(f"{name:>{width}s}" for name, width in columns))
     for clients in args.clients:
         runs: dict[str, list[Row]] = {name: [] for name in kinds}
@@ -206,12 +233,13 @@ def main() -> None:
                 runs[name].append(measure(clients))
         rate = {name: statistics.median(row.rate for row in rows) for name, rows in runs.items()}
         cpu = {name: statistics.median(row.cpu_us for row in rows) for name, rows in runs.items()}
+        clients_cpu = {name: statistics.median(row.clients_cpu_us for row in rows) for name, rows in runs.items()}
         join = {name: max(row.join for row in rows) for name, rows in runs.items()}
         base = next(iter(kinds))
         for name in kinds:
             print(
                 f"{clients:7d}  {name:38s} {rate[name]:11,.0f} {rate[name] / rate[base]:8.2f} "
-                f"{cpu[name]:11.1f} {cpu[name] / cpu[base]:8.2f} {join[name]:7.1f}",
+                f"{cpu[name]:11.1f} {cpu[name] / cpu[base]:8.2f} {clients_cpu[name]:11.1f} {join[name]:7.1f}",
                 flush=True,
             )
 

@@ -354,9 +354,11 @@ def partial(seconds: float, repeats: int) -> Case:
 
 def scale_case(seconds: float, repeats: int, sizes: list[int]) -> Case:
     """One learner and N zero-cost C++ clients over ZeroMQ tcp, next to a bare ROUTER with C echo clients
-    (``scale.py``): client messages per second; in ``details``, learner CPU per message and join time."""
+    (``scale.py``): client messages per second; in ``details``, the learner's and the clients' CPU per message,
+    and join time."""
     case = Case("scale", "One learner, N zero-cost C++ clients of 1 env each, ZeroMQ tcp", "client messages/s", "")
     cpu: dict[str, list[float]] = {}
+    clients_cpu: dict[str, list[float]] = {}
     join: dict[str, list[float]] = {}
     for clients in sizes:
         kinds = {
@@ -369,10 +371,12 @@ def scale_case(seconds: float, repeats: int, sizes: list[int]) -> Case:
                 row = measure(*arguments)
                 case.runs.setdefault(name, []).append(row.rate)
                 cpu.setdefault(name, []).append(row.cpu_us)
+                clients_cpu.setdefault(name, []).append(row.clients_cpu_us)
                 join.setdefault(name, []).append(row.join)
     case.medians = {name: float(np.median(rates)) for name, rates in case.runs.items()}
     case.details = {
         "learner CPU µs per message": {name: float(np.median(values)) for name, values in cpu.items()},
+        "clients' CPU µs per message": {name: float(np.median(values)) for name, values in clients_cpu.items()},
         "join seconds (slowest run)": {name: max(values) for name, values in join.items()},
     }
     case.baseline = next(iter(case.medians))

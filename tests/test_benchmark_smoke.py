@@ -92,3 +92,5 @@ def test_the_suite_runs_and_writes_its_results(tmp_path, cpp_build):
     rows = {"floor (bare ROUTER), 16 clients", "Remote lock-step, 16 clients", "Remote partial (batch N/2), 16 clients"}
     assert set(scaled["medians"]) == rows and all(value > 0 for value in scaled["medians"].values())
     assert set(scaled["details"]["learner CPU µs per message"]) == rows
+    clients_cpu = scaled["details"]["clients' CPU µs per message"]
+    assert set(clients_cpu) == rows and all(value > 0 for value in clients_cpu.values()), clients_cpu
