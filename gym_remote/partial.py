@@ -94,6 +94,10 @@ class SlotTable:
         slots = (self.state == _READY).nonzero()[0]
         return slots[np.argsort(self._arrival[slots], kind="stable")].tolist()
 
+    def any_parked(self) -> bool:
+        """Whether a command waits for a client (asked on every ``recv``: kept cheap)."""
+        return bool((self.state == _PARKED).any())
+
     def ready_count(self) -> int:
         return int(np.count_nonzero(self.state == _READY))
 
@@ -212,16 +216,30 @@ class PartialBatches:
                 self._start(owners[plan.slots[0]], plan, messages, "step", each=True)
         self.dispatch_parked()
 
-    def has_news(self, size: int) -> bool:
-        """Whether :meth:`collect` would find ``size`` results, or an error, or a slot whose reply an interrupt
-        cut short (it goes IDLE), or a parked command can go out (its slot has a client: one that joined before
-        the command was parked). A wait's predicate: no side effects."""
-        if self.table.ready_count() + len(self._arrivals) >= size or self._failures:
-            return True
-        if self._unlanded(self.server.replies_taken):  # an error or a reply cut short (or a loss: one look more)
-            return True
-        owners = self.server.members.slots
-        return any(owners[slot] is not None for slot in self.table.parked)
+    def news(self, size: int) -> Callable[[], bool]:
+        """A predicate for one wait of the server: whether :meth:`collect` would find ``size`` results, or an
+        error, or a slot whose reply an interrupt cut short (it goes IDLE), or a parked command can go out (its
+        slot has a client: one that joined before the command was parked), or the server has events for the
+        vector (a join or a loss). It has no side effects.
+
+        It is asked after every message, so what a wait cannot change is looked at once, here: which results
+        are READY and which commands are parked (only :meth:`collect`, :meth:`send` and :meth:`dispatch_parked`
+        change them, never the server while it waits)."""
+        arrivals_wanted = size - self.table.ready_count()
+        parked = self.table.slots_in(SlotState.PARKED)
+        server = self.server
+
+        def has_news() -> bool:
+            if len(self._arrivals) >= arrivals_wanted or self._failures:
+                return True
+            if self._unlanded(server.replies_taken):  # an error or a reply cut short (or a loss: one look more)
+                return True
+            if server.has_events:
+                return True
+            owners = server.members.slots
+            return any(owners[slot] is not None for slot in parked)
+
+        return has_news
 
     def collect(self) -> RemoteEnvError | None:
         """Move what happened into the table: landed results become READY (in arrival order); a slot whose
@@ -290,6 +308,8 @@ class PartialBatches:
 
     def dispatch_parked(self) -> None:
         """Send the parked commands of the slots that have a client now."""
+        if not self.table.any_parked():
+            return
         owners = list(self.server.members.slots)  # (a client lost while sending: see send())
         parked = self.table.parked
         due = [slot for slot in sorted(parked) if owners[slot] is not None]

@@ -226,7 +226,7 @@ class SlotServer:
         self._events: deque[Joined | Lost] = deque()  # what happened, for the owner to take (peek_event)
         self._seq = 0
         # replies the server stopped awaiting (landed, failed, lost or cut short), counted before each stops being
-        # awaited: an interrupt may leave it one too high, never too low (see PartialBatches.has_news)
+        # awaited: an interrupt may leave it one too high, never too low (see PartialBatches.news)
         self.replies_taken = 0
         self._awaited: dict[bytes, dict[int, Exchange]] = {}  # identity -> seq -> the exchange awaiting its reply
         # identity -> seqs of abandoned commands sent on a member's route whose replies have not come, oldest

@@ -773,7 +773,7 @@ class RemoteVectorEnv(VectorEnv):
                     f"waits for arrived; {format_outstanding(partial.table)} (they stay in flight: a later recv() "
                     "returns them)"
                 )
-            server.wait(lambda size=size: partial.has_news(size) or server.has_events, deadline)
+            server.wait(partial.news(size), deadline)
 
     def render(self) -> tuple[Any, ...]:
         """The sub-envs' rendered frames, one per slot."""
