@@ -26,6 +26,7 @@ def assert_consistent(table: SlotTable) -> None:
     assert sorted(table.in_flight) == [slot for slot, state in enumerate(states) if state == SlotState.IN_FLIGHT]
     assert sorted(table.ready) == [slot for slot, state in enumerate(states) if state == SlotState.READY]
     assert len(set(table.ready)) == len(table.ready), "a slot is ready once"
+    assert table.any_parked() == (SlotState.PARKED in states)
     assert table.busy.tolist() == [state != SlotState.IDLE for state in states]
     assert table.outstanding() == [
         slot for slot, state in enumerate(states) if state in (SlotState.PARKED, SlotState.IN_FLIGHT)
