@@ -51,6 +51,7 @@ ONE_PLANE_MODULES = {
     "test_relay",
     "test_sb3",
     "test_security_units",
+    "test_shared",
     "test_soak",
     "test_structure",
     "test_test_vectors",

@@ -73,6 +73,22 @@ def assert_same_steps(
 # -- waiting ---------------------------------------------------------------------------------------
 
 
+def interrupt_at_call(number: int, interrupt: type[BaseException]) -> Callable:
+    """A trace function for ``sys.settrace`` that raises ``interrupt`` at the ``number``-th Python function entry
+    (1-based), as a Ctrl-C that came there would."""
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        if event == "call":
+            count += 1
+            if count == number:
+                raise interrupt
+        return None
+
+    return trace
+
+
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
     """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
     if not wait_for(condition, timeout, interval):

@@ -5,6 +5,7 @@ channel's tests over mailboxes too)."""
 from __future__ import annotations
 
 import os
+import socket
 import struct
 import sys
 import tempfile
@@ -13,7 +14,9 @@ import threading
 import pytest
 
 from gym_remote.links import shared
+from gym_remote.links.channel import Channel
 from gym_remote.links.shared import Block, BlockRefused
+from tests.helpers import interrupt_at_call
 
 pytestmark = [
     pytest.mark.timeout(30),
@@ -97,12 +100,60 @@ FULL = 4096 + 2 * 65536
     ],
     ids=["unsealed", "bad magic", "lanes overflow", "an empty lane", "too small", "too large", "a file"],
 )
-def test_a_block_the_learner_cannot_trust_is_refused_and_closed(make, max_bytes, reason):
+def test_a_block_the_learner_cannot_trust_is_refused(make, max_bytes, reason):
     fd = make()
-    with pytest.raises(BlockRefused, match=reason):
-        Block.attach(fd, max_bytes or shared.MAX_BLOCK_BYTES)
-    with pytest.raises(OSError):  # the descriptor was closed
-        os.fstat(fd)
+    try:
+        with pytest.raises(BlockRefused, match=reason):
+            Block.attach(fd, max_bytes or shared.MAX_BLOCK_BYTES)
+        os.fstat(fd)  # still the caller's, to close
+    finally:
+        os.close(fd)
+
+
+def test_a_refused_block_is_closed_by_its_channel():
+    left, right = socket.socketpair()
+    fd = _memfd(FULL, 0, _header((65536, 65536)))  # unsealed
+    channel = Channel(left, max_frame_bytes=1 << 20, block_fd=fd)
+    try:
+        assert "not sealed against shrinking" in channel.attach_block()
+        assert channel.plane == "uds" and channel.block_fd == -1
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    finally:
+        channel.close()
+        right.close()
+
+
+def test_an_attach_cut_short_at_any_call_is_made_again_and_finds_the_block(block):
+    """The server maps a client's block while it handles its HELLO; an interrupt there has the HELLO handled
+    again. For every n: the attach interrupted at its n-th Python call, then made again, uses the block, and
+    closing the channel closes its descriptor."""
+    cuts = 0
+    for number in range(1, 300):
+        left, right = socket.socketpair()
+        channel = Channel(left, max_frame_bytes=1 << 20, block_fd=os.dup(block.fd))
+        try:
+            sys.settrace(interrupt_at_call(number, _Stop))
+            try:
+                reason = channel.attach_block()
+                cut = False
+            except _Stop:
+                cut = True
+            finally:
+                sys.settrace(None)
+            if cut:
+                cuts += 1
+                reason = channel.attach_block()
+            assert (reason, channel.plane, channel.block_fd) == ("", "shm", -1), f"cut at call {number}"
+            fd = channel.block.fd
+        finally:
+            channel.close()
+            right.close()
+        with pytest.raises(OSError):  # closed with the channel
+            os.fstat(fd)
+        if not cut:
+            break
+    assert cuts >= 3
 
 
 def test_what_is_posted_is_read_within_the_mailbox_only(block):

@@ -20,6 +20,7 @@ import zmq
 
 from gym_remote.links import zeromq as zeromq_link
 from gym_remote.links.zeromq import Dealer, Router
+from tests.helpers import interrupt_at_call
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,17 +31,7 @@ class _Interrupt(BaseException):
 
 def _interrupt_at_call(number: int):
     """A trace function raising :class:`_Interrupt` at the ``number``-th Python function entry (1-based)."""
-    count = 0
-
-    def trace(frame, event, arg):
-        nonlocal count
-        if event == "call":
-            count += 1
-            if count == number:
-                raise _Interrupt
-        return None
-
-    return trace
+    return interrupt_at_call(number, _Interrupt)
 
 
 @pytest.fixture

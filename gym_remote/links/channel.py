@@ -211,23 +211,29 @@ class Channel:
 
     def attach_block(self) -> str:
         """The server's side: map the block the peer handed over with its greeting and use it; "" if done,
-        else why not (nothing was handed over, or it is refused: see :meth:`Block.attach`)."""
-        fd, self.block_fd = self.block_fd, -1
-        if fd < 0:
+        else why not (nothing was handed over, or it is refused: see :meth:`Block.attach`).
+
+        Repeatable: the channel keeps the block's descriptor until the block is in use, so a call an interrupt
+        cut short is made again (the HELLO that asked for it is handled again) and still finds the block."""
+        if self.block is None and self.block_fd >= 0:
+            try:
+                block = shared.Block.attach(self.block_fd, max(shared.MAX_BLOCK_BYTES, 4 * self.max_frame_bytes))
+            except (shared.BlockRefused, OSError) as error:
+                fd, self.block_fd = self.block_fd, -1
+                os.close(fd)
+                return f"its shared block was refused: {error}"
+            self.use_block(block, outgoing=shared.COMMANDS)
+        if self.block is None:
             return "the client handed over no shared block"
-        try:
-            block = shared.Block.attach(fd, max(shared.MAX_BLOCK_BYTES, 4 * self.max_frame_bytes))
-        except (shared.BlockRefused, OSError) as error:
-            return f"its shared block was refused: {error}"
-        self.use_block(block, outgoing=shared.COMMANDS)
+        self.block_fd = -1  # (the block owns it)
         return ""
 
     def use_block(self, block: shared.Block, outgoing: int) -> None:
         """From now on, carry messages in ``block``'s mailboxes where they fit: this side sends on lane
         ``outgoing`` and receives on the other. Before any message travels on the channel."""
-        self.block = block
         self._mail_out = block.outbox(outgoing)
         self._mail_in = block.inbox(1 - outgoing)
+        self.block = block  # (last: a block in use has its mailboxes)
 
     @property
     def plane(self) -> str:
@@ -277,10 +283,10 @@ class Channel:
             self._mail_out = self._mail_in = None
             self._current = None  # (its frames may be views of the block, which cannot be unmapped while they live)
             if self.block is not None:
-                self.block.close()
-            if self.block_fd >= 0:
-                fd, self.block_fd = self.block_fd, -1
-                os.close(fd)
+                self.block.close()  # (its descriptor may still be block_fd: an attach cut short at its end)
+            elif self.block_fd >= 0:
+                os.close(self.block_fd)
+            self.block_fd = -1
 
     def forget_in_child(self) -> None:
         self.close()

@@ -131,34 +131,29 @@ class Block:
 
     @classmethod
     def attach(cls, fd: int, max_bytes: int = MAX_BLOCK_BYTES) -> Block:
-        """The block in ``fd`` (now owned by the block, or closed if refused), after checking that it is a memfd
-        sealed against shrinking, of at most ``max_bytes``, laid out as its header says.
+        """The block in ``fd``, after checking that it is a memfd sealed against shrinking, of at most
+        ``max_bytes``, laid out as its header says. The block returned owns ``fd``; until then the caller does
+        (so that a call an interrupt cut short can be made again).
 
         Raises:
             BlockRefused: it is not; why, in words fit for a log line.
         """
         try:
-            try:
-                seals = _get_seals(fd)
-            except OSError:
-                raise BlockRefused("it is not a sealable memfd") from None
-            if not seals & getattr(os, "F_SEAL_SHRINK", 2):
-                raise BlockRefused("it is not sealed against shrinking")
-            size = os.fstat(fd).st_size
-            if not HEADER_BYTES < size <= max_bytes:
-                raise BlockRefused(f"its size, {size} bytes, is out of bounds (at most {max_bytes})")
-            header = os.pread(fd, len(MAGIC) + _CAPACITIES.size, 0)
-            if header[: len(MAGIC)] != MAGIC:
-                raise BlockRefused("its header is not a gym_remote block's")
-            capacities = _CAPACITIES.unpack_from(header, len(MAGIC))
-            if HEADER_BYTES + sum(capacities) != size or min(capacities) < 4 + 8:
-                raise BlockRefused(
-                    f"its lanes, {capacities[0]} and {capacities[1]} bytes, do not fill its {size} bytes"
-                )
-            return cls(fd, size, (int(capacities[0]), int(capacities[1])))
-        except BaseException:
-            os.close(fd)
-            raise
+            seals = _get_seals(fd)
+        except OSError:
+            raise BlockRefused("it is not a sealable memfd") from None
+        if not seals & getattr(os, "F_SEAL_SHRINK", 2):
+            raise BlockRefused("it is not sealed against shrinking")
+        size = os.fstat(fd).st_size
+        if not HEADER_BYTES < size <= max_bytes:
+            raise BlockRefused(f"its size, {size} bytes, is out of bounds (at most {max_bytes})")
+        header = os.pread(fd, len(MAGIC) + _CAPACITIES.size, 0)
+        if header[: len(MAGIC)] != MAGIC:
+            raise BlockRefused("its header is not a gym_remote block's")
+        capacities = _CAPACITIES.unpack_from(header, len(MAGIC))
+        if HEADER_BYTES + sum(capacities) != size or min(capacities) < 4 + 8:
+            raise BlockRefused(f"its lanes, {capacities[0]} and {capacities[1]} bytes, do not fill its {size} bytes")
+        return cls(fd, size, (int(capacities[0]), int(capacities[1])))
 
     def outbox(self, lane: int) -> Outbox:
         return Outbox(self, lane)
