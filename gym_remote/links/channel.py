@@ -776,9 +776,9 @@ class Listener:
                 self._drop(pending.sock.fileno(), None)
                 return None
             channel = Channel(pending.sock, max_frame_bytes=self.max_frame_bytes, block_fd=pending.block_fd)
-            pending.block_fd = -1  # (the channel owns it now)
             taken = (token, pid, claimant, channel)
             self._taken = taken
+            pending.block_fd = -1  # (the channel owns it now; kept until the channel is, for a take made again)
         pending = self._greeted.pop(token, None)  # (the channel owns its socket now)
         if pending is not None:
             self._pending.pop(pending.sock.fileno(), None)
