@@ -831,14 +831,13 @@ class SlotServer:
         offered = self.listener.take(token, hello["pid"], identity)
         name = str(hello.get("name"))[:200]
         if offered is None:
-            if name not in self._unclaimed_channels:  # once per client name
-                self._unclaimed_channels.add(name)
-                logger.warning(
-                    "client %r offered a data channel, but no connection from its process (pid %s) greeted with "
-                    "its token: it is served over ZeroMQ",
-                    name,
-                    hello["pid"],
-                )
+            self._warn_once_for(
+                name,
+                "client %r offered a data channel, but no connection from its process (pid %s) greeted with its "
+                "token: it is served over ZeroMQ",
+                name,
+                hello["pid"],
+            )
             return
         previous = self._offered.pop(identity, None)
         if previous is not None and previous is not offered:  # (the same: a HELLO handled again, see take)
@@ -846,9 +845,14 @@ class SlotServer:
         self._offered[identity] = offered
         if offered.block_fd >= 0:
             refused = offered.attach_block()
-            if refused and name not in self._unclaimed_channels:  # (once per client name)
-                self._unclaimed_channels.add(name)
-                logger.warning("client %r: %s; it is served over its data channel's socket", name, refused)
+            if refused:
+                self._warn_once_for(name, "client %r: %s; it is served over its data channel's socket", name, refused)
+
+    def _warn_once_for(self, name: str, text: str, *args: Any) -> None:
+        """Log why client ``name`` got less of the data plane than it offered, once per client name."""
+        if name not in self._unclaimed_channels:
+            self._unclaimed_channels.add(name)
+            logger.warning(text, *args)
 
     def _answer(self, identity: bytes, decision: Admit | Refuse) -> None:
         """Carry out what membership decided for ``identity``: welcome it, or refuse it."""
