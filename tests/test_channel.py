@@ -449,6 +449,54 @@ def test_a_take_cut_short_at_any_call_is_made_again_and_keeps_the_shared_block(l
     assert cuts >= 3
 
 
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("with_block", [True, False], ids=["shm", "uds"])
+def test_a_connection_accepted_and_greeted_while_cut_short_at_any_call_is_still_taken(listener, with_block):
+    """The listener accepts connections and reads their greetings as the multiplexer sees them come, inside a
+    learner's call that an interrupt may cut short anywhere. For every n: the listener's service interrupted at
+    its n-th Python call (the socket module's included), then the take that follows, hands out the channel with
+    the block the client handed over; and no descriptor is left open."""
+    if with_block and not shared.AVAILABLE:
+        pytest.skip("shared-memory mailboxes need x86-64 Linux")
+    before = _open_descriptors()
+    cuts = 0
+    for number in range(1, 300):
+        token = channel.new_token()
+        block = shared.Block.create(100, 100) if with_block else None
+        client = channel.connect(listener.name, token, max_frame_bytes=1 << 20, block=block)
+        server = None
+        try:
+            sys.settrace(interrupt_at_call(number, _Interrupt))
+            try:
+                listener.service(time.monotonic())
+                cut = False
+            except _Interrupt:
+                cut = True
+            finally:
+                sys.settrace(None)
+            cuts += cut
+            server = listener.take(token, os.getpid(), b"hello-sender")
+            assert server is not None, f"cut at call {number}: no channel"
+            if with_block:
+                assert (server.attach_block(), server.plane) == ("", "shm"), f"cut at call {number}"
+                client.use_block(block, outgoing=shared.REPLIES)
+            server.send([b"command"])
+            assert frames_of(receive_within(client, 5)) == [b"command"]
+        finally:
+            if server is not None:
+                server.close()
+            client.close()
+            if block is not None:
+                block.close()
+        if not cut:
+            break
+    assert cuts >= 5
+    assert _open_descriptors() == before
+
+
 def test_a_token_from_another_process_or_unknown_gets_no_channel(listener):
     token = channel.new_token()
     client = channel.connect(listener.name, token, max_frame_bytes=1 << 20)

@@ -20,9 +20,11 @@ closes. Linux only (:data:`AVAILABLE`).
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import itertools
 import logging
+import operator
 import os
 import secrets
 import socket
@@ -161,7 +163,7 @@ class Channel:
             channel until :meth:`attach_block` maps it or the channel closes).
     """
 
-    def __init__(self, sock: socket.socket, *, max_frame_bytes: int, block_fd: int = -1) -> None:
+    def __init__(self, sock: socket.SocketType, *, max_frame_bytes: int, block_fd: int = -1) -> None:
         sock.setblocking(False)
         for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
             try:
@@ -644,7 +646,7 @@ def _lengths(count: int) -> struct.Struct:
     return layout
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+def peer_credentials(sock: socket.SocketType) -> tuple[int, int, int]:
     """The peer process's (pid, uid, gid) as the kernel recorded them at connect time."""
     return _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
 
@@ -694,15 +696,31 @@ def connect(
 
 class _Pending:
     """A connection the listener accepted: its peer, the greeting as far as it came, and the shared block's
-    descriptor handed over with it (-1: none)."""
+    descriptor handed over with it (-1: none).
 
-    __slots__ = ("sock", "pid", "since", "greeting", "block_fd")
+    A read of the greeting is stored where an interrupt cannot lose it (``reads``) and then applied once
+    (``applied`` is the read applied last): see :meth:`Listener._read_greeting`."""
 
-    def __init__(self, sock: socket.socket, pid: int, since: float) -> None:
+    __slots__ = ("sock", "pid", "since", "greeting", "block_fd", "reads", "applied", "strays", "greeted")
+
+    def __init__(self, sock: socket.SocketType, pid: int, since: float) -> None:
         self.sock, self.pid, self.since, self.greeting, self.block_fd = sock, pid, since, b"", -1
+        self.reads: deque[tuple[bytes, list, int, Any]] = deque()  # a recvmsg's result, until applied
+        self.applied: tuple | None = None
+        self.strays: tuple[int, ...] = ()  # descriptors that came with the greeting's later bytes: to close
+        self.greeted = False  # whole, well formed, and listed by its token
+
+    def close_strays(self) -> None:
+        while self.strays:
+            fd, self.strays = self.strays[0], self.strays[1:]
+            os.close(fd)
 
     def close(self) -> None:
         self.sock.close()
+        if self.reads and self.reads[0] is not self.applied:  # (descriptors that came and were not looked at)
+            self.strays += tuple(_descriptors_of(self.reads[0][1]))
+        self.reads.clear()
+        self.close_strays()
         if self.block_fd >= 0:
             fd, self.block_fd = self.block_fd, -1
             os.close(fd)
@@ -730,6 +748,7 @@ class Listener:
         self.sock = sock
         self.max_frame_bytes = max_frame_bytes
         self.uid = os.getuid()
+        self._accepted: deque[socket.SocketType] = deque()  # accepted, not pending or refused yet (see _accept)
         self._pending: dict[int, _Pending] = {}  # by descriptor: accepted, not claimed yet
         self._greeted: dict[bytes, _Pending] = {}  # by token
         self._taken: tuple[bytes, int, bytes, Channel] | None = None  # the last taken: token, pid, claimant, channel
@@ -754,7 +773,7 @@ class Listener:
             return
         self._accept(now)
         for fd, pending in list(self._pending.items()):
-            if len(pending.greeting) < GREETING_SIZE:
+            if not pending.greeted:
                 self._read_greeting(fd, pending)
         self._drop_stale(now)
 
@@ -789,6 +808,9 @@ class Listener:
         if self._closed:
             return
         self._closed = True
+        for sock in self._accepted:
+            sock.close()
+        self._accepted.clear()
         for pending in self._pending.values():
             pending.close()
         self._pending.clear()
@@ -798,58 +820,85 @@ class Listener:
     forget_in_child = close
 
     def _accept(self, now: float) -> None:
+        """Accept what waits. Each connection is stored (wrapped in a socket object, in one C call that an
+        interrupt cannot split) before anything is made of it, and leaves the store only once it is pending or
+        refused: a call cut short finds it there again."""
+        accepted = self._accepted
         while True:
-            try:
-                sock, _ = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:  # e.g. out of descriptors: the rest stays queued for the next call
-                logger.warning("the data channel listener cannot accept a connection: %s", error)
-                return
-            pid, uid, _ = peer_credentials(sock)
-            if uid != self.uid:
-                self._refuse(sock, "another user")
-                continue
-            sock.setblocking(False)
-            self._pending[sock.fileno()] = _Pending(sock, pid, now)
-            while len(self._pending) > MAX_PENDING:
-                oldest = next(iter(self._pending))
-                self._drop(oldest, "too many")
+            if not accepted:
+                try:
+                    descriptors = map(_FIRST, itertools.starmap(self.sock._accept, _NO_ARGUMENTS))
+                    accepted.extend(map(_SOCKET_OF_DESCRIPTOR, descriptors))
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as error:  # e.g. out of descriptors: the rest stays queued for the next call
+                    logger.warning("the data channel listener cannot accept a connection: %s", error)
+                    return
+            sock = accepted[0]
+            fd = sock.fileno()
+            if fd >= 0 and (fd not in self._pending or self._pending[fd].sock is not sock):
+                try:
+                    pid, uid, _ = peer_credentials(sock)
+                except OSError:
+                    pid, uid = 0, -1
+                if uid != self.uid:
+                    self._refuse(sock, "another user")
+                else:
+                    sock.setblocking(False)
+                    self._pending[fd] = _Pending(sock, pid, now)
+                    while len(self._pending) > MAX_PENDING:
+                        oldest = next(iter(self._pending))
+                        self._drop(oldest, "too many")
+            accepted.popleft()
 
     def _read_greeting(self, fd: int, pending: _Pending) -> None:
-        try:
-            part, ancillary, _, _ = pending.sock.recvmsg(GREETING_SIZE - len(pending.greeting), _ONE_FD_SPACE)
-        except BlockingIOError:
-            return
-        except OSError:
-            part, ancillary = b"", []
-        for (
-            level,
-            kind,
-            data,
-        ) in ancillary:  # a shared block's descriptor (more than one do not fit: the kernel closes them)
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                for block_fd in _descriptors(data):
-                    if pending.block_fd < 0 and not pending.greeting:
-                        pending.block_fd = block_fd
-                    else:
-                        os.close(block_fd)
-        if not part:  # closed before greeting
-            self._drop(fd, None)
-            return
-        pending.greeting += part
+        """Read what came of the greeting; once it is whole, list the connection by its token.
+
+        The read's result (bytes and descriptors) is stored by the call that reads (``deque.extend`` over
+        ``starmap``: no bytecode between them, see :meth:`Channel._send_now`) and applied to the greeting in
+        stores with no call between them, so an interrupt anywhere loses no byte and no descriptor, and applies
+        none twice."""
         if len(pending.greeting) < GREETING_SIZE:
-            return
+            if not pending.reads:
+                wanted = ((GREETING_SIZE - len(pending.greeting), _ONE_FD_SPACE),)
+                try:
+                    pending.reads.extend(itertools.starmap(pending.sock.recvmsg, wanted))
+                except BlockingIOError:
+                    return
+                except OSError:
+                    pending.reads.append(_CLOSED_READ)
+            read = pending.reads[0]
+            part = read[0]
+            if pending.applied is not read:
+                # a shared block's descriptor comes with the greeting's first bytes; any other is closed
+                descriptors = _descriptors_of(read[1])
+                keep = descriptors[0] if descriptors and pending.block_fd < 0 and not pending.greeting else -1
+                strays = tuple(other for other in descriptors if other != keep)
+                block_fd = keep if keep >= 0 else pending.block_fd
+                pending.greeting, pending.block_fd, pending.strays, pending.applied = (
+                    pending.greeting + part,
+                    block_fd,
+                    strays,
+                    read,
+                )
+            pending.close_strays()
+            pending.reads.clear()
+            if not part:  # closed before greeting
+                self._drop(fd, None)
+                return
+            if len(pending.greeting) < GREETING_SIZE:
+                return
         if not pending.greeting.startswith(GREETING_MAGIC):
             self._drop(fd, "a bad greeting")
             return
         token = pending.greeting[len(GREETING_MAGIC) :]
-        earlier = self._greeted.pop(token, None)
-        if earlier is not None:  # a token used twice: neither connection is trusted
+        earlier = self._greeted.get(token)
+        if earlier is not None and earlier is not pending:  # a token used twice: neither connection is trusted
             self._drop(earlier.sock.fileno(), "a bad greeting")
             self._drop(fd, "a bad greeting")
             return
         self._greeted[token] = pending
+        pending.greeted = True
 
     def _drop_stale(self, now: float) -> None:
         for fd, pending in list(self._pending.items()):
@@ -862,11 +911,12 @@ class Listener:
         pending = self._pending.pop(fd, None)
         if pending is None:
             return
-        if len(pending.greeting) == GREETING_SIZE:
-            self._greeted.pop(pending.greeting[len(GREETING_MAGIC) :], None)
+        token = pending.greeting[len(GREETING_MAGIC) :]
+        if self._greeted.get(token) is pending:
+            del self._greeted[token]
         self._refuse(pending, reason)
 
-    def _refuse(self, sock: socket.socket | _Pending, reason: str | None) -> None:
+    def _refuse(self, sock: socket.SocketType | _Pending, reason: str | None) -> None:
         sock.close()
         if reason is not None:
             self.refused[reason] += 1
@@ -878,10 +928,22 @@ _FD = struct.Struct("i")
 _ONE_FD_SPACE = socket.CMSG_SPACE(_FD.size) if hasattr(socket, "CMSG_SPACE") else 0
 
 
-def _descriptors(data: bytes) -> list[int]:
-    """The descriptors of an ``SCM_RIGHTS`` message's data."""
-    whole = len(data) - len(data) % _FD.size
-    return [_FD.unpack_from(data, offset)[0] for offset in range(0, whole, _FD.size)]
+_SOCKET_OF_DESCRIPTOR = functools.partial(socket.SocketType, socket.AF_UNIX, socket.SOCK_STREAM, 0)
+"""An accepted descriptor as a socket object: the C type itself, whose making runs no bytecode (see
+:meth:`Listener._accept`)."""
+_FIRST = operator.itemgetter(0)
+_NO_ARGUMENTS = ((),)
+_CLOSED_READ: tuple[bytes, list, int, Any] = (b"", [], 0, None)
+
+
+def _descriptors_of(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors a ``recvmsg``'s ancillary data holds (``SCM_RIGHTS``)."""
+    descriptors = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            whole = len(data) - len(data) % _FD.size
+            descriptors += [_FD.unpack_from(data, offset)[0] for offset in range(0, whole, _FD.size)]
+    return descriptors
 
 
 _WHY = {
