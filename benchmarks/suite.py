@@ -621,6 +621,12 @@ def main() -> None:
             int(2000 * scale),
             repeats,
             (84 * 84 * 4, 8),
+            # PufferLib hands out views of its buffers: so does RemoteVectorEnv, when asked (views of its batch)
+            references={
+                f"Remote {transports()[0]}, 1 client, copy=False": lambda: remote(
+                    [bench_envs.FramesEnv] * 8, transports()[0], num_clients=1, copy=False
+                )
+            },
         ),
         "floor": lambda: transport_floor(int(4000 * scale), repeats),
         "training": lambda: while_training(int(4000 * scale), repeats),

@@ -11,6 +11,7 @@ Liveness is not its business: the server checks every member it awaits in one pa
 
 from __future__ import annotations
 
+import os
 import select
 import time
 from collections import deque
@@ -76,7 +77,8 @@ class Multiplexer:
         """The next event, waiting at most ``timeout`` seconds (None if nothing happened).
 
         ``spin``: first busy-check the links for that many seconds (a thread's wake-up costs tens of
-        microseconds, as much as a cheap env's step).
+        microseconds, as much as a cheap env's step), yielding the core to any other runnable process between
+        looks.
 
         With no listener and no channel the router is the only link, and libzmq waits for it (:meth:`Router.wait
         <gym_remote.links.zeromq.Router.wait>`): one call, where a ``poll()`` takes a look, the poll and a
@@ -89,11 +91,12 @@ class Multiplexer:
             return event
         self._register()
         if spin > 0:
-            clock, until = time.perf_counter, time.perf_counter() + spin
+            clock, until, yield_core = time.perf_counter, time.perf_counter() + spin, os.sched_yield
             while clock() < until:  # zero-timeout polls: one system call a look, however many links
                 event = self._poll_links(0) or (self._from_channels(self._mailboxes) if self._mailboxes else None)
                 if event is not None:
                     return event
+                yield_core()  # (to a client or trainer sharing this core, which is what the spin waits for)
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
