@@ -90,6 +90,20 @@ def interrupt_at_call(number: int, interrupt: type[BaseException], within: str =
     return trace
 
 
+def call_interrupted_at(
+    number: int, interrupt: type[BaseException], call: Callable[[], Any], within: str = ""
+) -> tuple[bool, Any]:
+    """``call()`` with ``interrupt`` raised at its ``number``-th Python function entry (see
+    :func:`interrupt_at_call`): ``(True, None)`` if it was cut short there, else ``(False, what it returned)``."""
+    sys.settrace(interrupt_at_call(number, interrupt, within))
+    try:
+        return False, call()
+    except interrupt:
+        return True, None
+    finally:
+        sys.settrace(None)
+
+
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
     """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
     if not wait_for(condition, timeout, interval):

@@ -4,13 +4,13 @@ and the listener that accepts, checks and pairs greeted connections with HELLOs.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import select
 import signal
 import socket
 import struct
-import sys
 import time
 
 import numpy as np
@@ -19,7 +19,7 @@ import pytest
 from gym_remote.errors import ProtocolError
 from gym_remote.links import LinkBroken, channel, shared
 from gym_remote.links.channel import Channel, Listener
-from tests.helpers import garbage_collection_paused, interrupt_at_call
+from tests.helpers import call_interrupted_at, garbage_collection_paused
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -426,14 +426,8 @@ def test_a_take_cut_short_at_any_call_is_made_again_and_keeps_the_shared_block(l
         listener.service(time.monotonic())
         server = None
         try:
-            sys.settrace(interrupt_at_call(number, _Interrupt, within="/gym_remote/"))
-            try:
-                server = listener.take(token, os.getpid(), b"hello-sender")
-                cut = False
-            except _Interrupt:
-                cut = True
-            finally:
-                sys.settrace(None)
+            take = functools.partial(listener.take, token, os.getpid(), b"hello-sender")
+            cut, server = call_interrupted_at(number, _Interrupt, take, within="/gym_remote/")
             if cut:
                 cuts += 1
                 server = listener.take(token, os.getpid(), b"hello-sender")
@@ -469,14 +463,7 @@ def test_a_connection_accepted_and_greeted_while_cut_short_at_any_call_is_still_
         client = channel.connect(listener.name, token, max_frame_bytes=1 << 20, block=block)
         server = None
         try:
-            sys.settrace(interrupt_at_call(number, _Interrupt))
-            try:
-                listener.service(time.monotonic())
-                cut = False
-            except _Interrupt:
-                cut = True
-            finally:
-                sys.settrace(None)
+            cut, _ = call_interrupted_at(number, _Interrupt, lambda: listener.service(time.monotonic()))
             cuts += cut
             server = listener.take(token, os.getpid(), b"hello-sender")
             assert server is not None, f"cut at call {number}: no channel"

@@ -16,7 +16,7 @@ import pytest
 from gym_remote.links import shared
 from gym_remote.links.channel import Channel
 from gym_remote.links.shared import Block, BlockRefused
-from tests.helpers import interrupt_at_call
+from tests.helpers import call_interrupted_at
 
 pytestmark = [
     pytest.mark.timeout(30),
@@ -133,14 +133,7 @@ def test_an_attach_cut_short_at_any_call_is_made_again_and_finds_the_block(block
         left, right = socket.socketpair()
         channel = Channel(left, max_frame_bytes=1 << 20, block_fd=os.dup(block.fd))
         try:
-            sys.settrace(interrupt_at_call(number, _Stop))
-            try:
-                reason = channel.attach_block()
-                cut = False
-            except _Stop:
-                cut = True
-            finally:
-                sys.settrace(None)
+            cut, reason = call_interrupted_at(number, _Stop, channel.attach_block)
             if cut:
                 cuts += 1
                 reason = channel.attach_block()

@@ -10,7 +10,6 @@ pyzmq's compiled send it can come before the frame is queued or after; a send th
 from __future__ import annotations
 
 import select
-import sys
 import threading
 import time
 
@@ -20,18 +19,13 @@ import zmq
 
 from gym_remote.links import zeromq as zeromq_link
 from gym_remote.links.zeromq import Dealer, Router
-from tests.helpers import interrupt_at_call
+from tests.helpers import call_interrupted_at
 
 pytestmark = pytest.mark.timeout(60)
 
 
 class _Interrupt(BaseException):
     pass
-
-
-def _interrupt_at_call(number: int):
-    """A trace function raising :class:`_Interrupt` at the ``number``-th Python function entry (1-based)."""
-    return interrupt_at_call(number, _Interrupt)
 
 
 @pytest.fixture
@@ -63,14 +57,8 @@ def test_a_send_interrupted_at_any_call_goes_out_whole_or_not_at_all(router_and_
     whole = [bytes(memoryview(frame).cast("B")) for frame in frames]
     interrupted = 0
     for number in range(1, 200):
-        sys.settrace(_interrupt_at_call(number))
-        try:
-            router.send(b"dealer", frames)
-            sys.settrace(None)
-        except _Interrupt:
-            interrupted += 1
-        finally:
-            sys.settrace(None)
+        cut, _ = call_interrupted_at(number, _Interrupt, lambda: router.send(b"dealer", frames))
+        interrupted += cut
         router.send(b"dealer", [b"marker", str(number).encode()])
         received = []
         while True:
@@ -96,14 +84,7 @@ def test_a_send_that_finishes_an_interrupted_one_can_be_interrupted_too(router_a
     whole_second = [bytes(memoryview(frame).cast("B")) for frame in second]
 
     def send_interrupted(frames, number: int) -> bool:
-        sys.settrace(_interrupt_at_call(number))
-        try:
-            router.send(b"dealer", frames)
-            return False
-        except _Interrupt:
-            return True
-        finally:
-            sys.settrace(None)
+        return call_interrupted_at(number, _Interrupt, lambda: router.send(b"dealer", frames))[0]
 
     for n in range(1, 40):
         for m in range(1, 40):
@@ -394,13 +375,7 @@ def test_a_message_read_whole_that_an_interrupt_cuts_short_is_dropped_and_the_ne
             dealer.send_multipart([b"next", str(number).encode()])
             assert router.socket.poll(10_000)
             router.woke()
-            sys.settrace(_interrupt_at_call(number))
-            try:
-                first = router.receive()
-            except _Interrupt:
-                first = None
-            finally:
-                sys.settrace(None)
+            _, first = call_interrupted_at(number, _Interrupt, router.receive)
             if first is None:
                 first = _next_arrival(router)
             if isinstance(first, zeromq_link.CutShort):

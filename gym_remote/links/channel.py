@@ -836,7 +836,8 @@ class Listener:
                     return
             sock = accepted[0]
             fd = sock.fileno()
-            if fd >= 0 and (fd not in self._pending or self._pending[fd].sock is not sock):
+            made = self._pending.get(fd)  # (pending already, by a call an interrupt cut short before popleft)
+            if fd >= 0 and (made is None or made.sock is not sock):
                 try:
                     pid, uid, _ = peer_credentials(sock)
                 except OSError:
