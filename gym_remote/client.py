@@ -33,7 +33,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from gym_remote import codec, protocol
 from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, ProtocolError, RemoteTimeoutError
-from gym_remote.links import LinkBroken, Message
+from gym_remote.links import LinkBroken, Message, shared
 from gym_remote.links.channel import wanted as data_plane_wanted
 from gym_remote.links.connection import (
     PROTOCOL_ERROR_MECHANISM_MISMATCH,
@@ -50,7 +50,6 @@ __all__ = ["EnvClient", "HostedEnvs", "EnvFailure"]
 
 logger = logging.getLogger(__name__)
 
-_LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
 IDLE_POLL_SECONDS = 0.2
 """How often an idle client wakes up to check whether it was asked to stop."""
@@ -139,8 +138,8 @@ class HostedEnvs:
         self.action_leaves = codec.array_leaf_spaces(action_space)
         # a single Box, Discrete, MultiDiscrete or MultiBinary: Gymnasium's iterate and concatenate are
         # iter() and np.stack() for these, called here directly (they are on the step path)
-        self.action_is_leaf = type(action_space) in _LEAF_SPACES
-        self.observation_is_leaf = type(observation_space) in _LEAF_SPACES
+        self.action_is_leaf = type(action_space) in codec.LEAF_SPACES
+        self.observation_is_leaf = type(observation_space) in codec.LEAF_SPACES
         self.result = protocol.ResultFrame(count)
         self.autoreset = [bool(reset_first)] * count
 
@@ -323,6 +322,27 @@ class HostedEnvs:
             concatenate(self.observation_space, [self.env_obs[index]], row)
 
 
+class _ReplySlab:
+    """Writes a RESULT for all of a client's envs, without a value section, in place in its data channel's slab
+    for replies (PROTOCOL.md §13.6): the frames a RESULT would have, with no record around them."""
+
+    def __init__(self, hosted: HostedEnvs) -> None:
+        self._leaves = [(leaf.dtype, leaf.shape) for leaf in hosted.observation_frames]
+        self._frames: list[memoryview] | None = None
+        self._views: list[np.ndarray] = []
+
+    def write(self, frames: list[memoryview], hosted: HostedEnvs, seq: int) -> None:
+        if frames is not self._frames:  # (the same list every time: its views are made once)
+            self._views = [
+                np.frombuffer(frame, dtype).reshape(shape)
+                for frame, (dtype, shape) in zip(frames[1:], self._leaves, strict=True)
+            ]
+            self._frames = frames
+        frames[0][:] = hosted.result.pack(seq, 0)
+        for view, leaf in zip(self._views, hosted.observation_frames):
+            np.copyto(view, leaf)
+
+
 class EnvClient:
     """Serve Gymnasium envs to a :class:`~gym_remote.RemoteVectorEnv` until it closes.
 
@@ -435,6 +455,7 @@ class EnvClient:
         self._connected = False  # this session's ZeroMQ handshake succeeded
         self._told_no_data_channel = False
         self._spin = SpinGate(spin)
+        self._reply_slab: _ReplySlab | None = None  # this membership's slab for RESULTs, if it has one
 
     @property
     def spin(self) -> float:
@@ -671,18 +692,25 @@ class EnvClient:
             if header.kind != Kind.PING:
                 logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
         welcome = protocol.read_value(message.rest())
-        self._take_data_channel(welcome.get("data_channel") is True, welcome.get("shared_memory") is True)
         self._trusted = bool(welcome["allow_pickle"])
         self._max_message_bytes = welcome.get("max_message_bytes")
         self.slots = list(welcome["slots"])
         observation_space = codec.space_from_value(welcome["observation_space"], allow_pickle=self._trusted)
         action_space = codec.space_from_value(welcome["action_space"], allow_pickle=self._trusted)
+        slabs = (
+            protocol.slab_frame_sizes(hosted.count, observation_space, action_space) if welcome.get("slabs") else None
+        )
+        self._take_data_channel(welcome.get("data_channel") is True, welcome.get("shared_memory") is True, slabs)
+        channel = self._connection.channel
+        self._reply_slab = None
         hosted.configure(
             observation_space,
             action_space,
             AutoresetMode(welcome["autoreset_mode"]),
             reset_first=bool(welcome.get("reset_first", False)),
         )
+        if channel is not None and channel.slabs and self._connection.on_channel:
+            self._reply_slab = _ReplySlab(hosted)
         self._connection_dropped()  # forget events from before this session's WELCOME
         self._welcomed_session = self.session
         logger.info(
@@ -736,13 +764,16 @@ class EnvClient:
                 raise self._no_answer()
             self._receive(0.05)  # wakes on the connection's events too
 
-    def _take_data_channel(self, taken: bool, shared_memory: bool) -> None:
-        """Use the data channel (and its shared block) if the WELCOME took it; else close it (saying why, once)."""
+    def _take_data_channel(
+        self, taken: bool, shared_memory: bool, slabs: tuple[list[int], list[int]] | None = None
+    ) -> None:
+        """Use the data channel (and its shared block, and its slabs for the frame sizes ``slabs``) if the WELCOME
+        took it; else close it (saying why, once)."""
         connection = self._connection
         if taken and connection.channel is not None:
             if connection.block is not None and not shared_memory:
                 logger.info("client %s: the server did not take the shared block; serving over the socket", self.name)
-            connection.use_channel(shared_memory)
+            connection.use_channel(shared_memory, slabs)
             return
         if connection.channel is not None:
             self._no_data_channel("the server did not take this client's data channel", unexpected=True)
@@ -986,6 +1017,15 @@ class EnvClient:
                     self._log_error(error, envs[position])
             extra["errors"] = [None if error is None else error_report(error) for error in errors]
         flags = FLAG_VALUE if extra else 0
+        if not flags and indexes is None and self._reply_slab is not None:
+            try:
+                frames = self._connection.reply_slab()
+                if frames is not None:
+                    self._reply_slab.write(frames, hosted, seq)
+                    self._connection.post_slab()
+                    return
+            except LinkBroken as error:
+                raise _ServerGone(f"could not send RESULT to the server at {self.address}: {error}") from None
         if indexes is None:
             frames: list[Any] = [hosted.result.pack(seq, flags), *hosted.observation_frames]
         else:
@@ -1083,12 +1123,16 @@ def _shared_envs(envs: Sequence[gym.Env]) -> list[int]:
     return sorted(position for group in positions.values() if len(group) > 1 for position in group)
 
 
-def _block_bytes(hosted: HostedEnvs) -> tuple[int, int]:
+def _block_bytes(hosted: HostedEnvs) -> tuple[int, int, tuple[int, int]]:
     """The bytes of a STEP's actions and of a RESULT's arrays, for all of ``hosted``'s envs: what a shared
-    block's lanes are sized for (a message that does not fit travels on the socket)."""
+    block's lanes are sized for (a message that does not fit travels on the socket); and the bytes of its
+    slabs, for the messages of its first env's spaces (PROTOCOL.md §13.6; none if they have no array layout)."""
     actions = sum(_array_bytes(env.action_space) for env in hosted.envs)
     results = sum(_array_bytes(env.observation_space) + 8 + 2 for env in hosted.envs)
-    return actions, results
+    first = hosted.envs[0]
+    sizes = protocol.slab_frame_sizes(hosted.count, first.observation_space, first.action_space)
+    slabs = (shared.slab_bytes(sizes[0]), shared.slab_bytes(sizes[1])) if sizes is not None else (0, 0)
+    return actions, results, slabs
 
 
 def _array_bytes(space: gym.Space) -> int:

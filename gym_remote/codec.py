@@ -465,6 +465,8 @@ def _preview(value: Any) -> str:
 # spaces <-> values
 
 _BOX_LIKE = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+LEAF_SPACES = _BOX_LIKE
+"""The spaces whose values are one array each (the leaves of :func:`array_leaf_spaces`)."""
 
 
 def space_to_value(space: spaces.Space, *, allow_pickle: bool = False) -> Any:

@@ -188,6 +188,23 @@ class ResultFrame:
         )
 
 
+def slab_frame_sizes(count: int, observation_space: Any, action_space: Any) -> tuple[list[int], list[int]] | None:
+    """The frame sizes of the two messages a data channel's slabs carry (PROTOCOL.md §13.6), for a client of
+    ``count`` envs: a STEP for all its envs with array actions in the action space's dtypes, and a RESULT for
+    all its envs without a value section. None if either space has no array layout."""
+    observation_leaves = codec.array_leaf_spaces(observation_space)
+    action_leaves = codec.array_leaf_spaces(action_space)
+    if observation_leaves is None or action_leaves is None:
+        return None
+    step = [HEADER_SIZE, *(count * _leaf_bytes(leaf) for leaf in action_leaves)]
+    result = [HEADER_SIZE + 10 * count, *(count * _leaf_bytes(leaf) for leaf in observation_leaves)]
+    return step, result
+
+
+def _leaf_bytes(space: Any) -> int:
+    return int(np.prod(space.shape, dtype=np.int64)) * np.dtype(space.dtype).itemsize
+
+
 def pack_step_header(seq: int, count: int, dtypes: Sequence[np.dtype] | None = None, *, subset: bool = False) -> bytes:
     """The header frame of a STEP whose actions travel as array frames.
 

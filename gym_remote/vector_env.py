@@ -23,6 +23,7 @@ from gym_remote.client import DEFAULT_SPIN_SECONDS as CLIENT_SPIN_SECONDS
 from gym_remote.episodes import Episodes
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteTimeoutError
 from gym_remote.launch import Launcher, LocalClients
+from gym_remote.links import shared
 from gym_remote.links.channel import wanted as data_plane_wanted
 from gym_remote.partial import PartialBatches, format_outstanding
 from gym_remote.protocol import HAS_ATTR_QUERY, NO_OPTIONS, Kind
@@ -108,7 +109,8 @@ class RemoteVectorEnv(VectorEnv):
         spin: seconds a wait for replies busy-checks for them before it sleeps, as long as replies
             have lately come that fast; ``0`` never spins. Cheap envs answer in less time than it takes
             to wake a sleeping thread, so spinning speeds them up, at the cost of a busy core while
-            waiting. Default: 400 µs, unless the local clients leave no core free for the spin (then 0).
+            waiting. Default: 400 µs, unless the local clients leave no core free for the spin (then 0; but
+            over shared memory, where they spin too, it is 400 µs while each client has a core of its own).
             Slow envs are waited for asleep, whatever this says, and so are all envs while other threads of
             this process (a trainer) keep half a core or more busy. Over the data plane the local clients
             then spin too, for 200 µs, waiting for the next step (see :class:`~gym_remote.EnvClient`).
@@ -370,6 +372,10 @@ class RemoteVectorEnv(VectorEnv):
         self._partial = PartialBatches(self._server, self._episodes, self._batch)
         self._server.set_observation_buffers(self._batch.leaves)
         self._action_leaf_spaces = codec.array_leaf_spaces(single_action_space)
+        # the shape and dtype of a batch of actions that goes in the clients' slabs as it is (see _step_in_slabs)
+        leaf = type(single_action_space) in codec.LEAF_SPACES
+        self._slab_action_shape = (self.num_envs, *single_action_space.shape) if leaf else None
+        self._slab_action_dtype = single_action_space.dtype if leaf else None
 
     def _ensure_spaces(self) -> None:
         if self._single_observation_space is None:
@@ -467,7 +473,9 @@ class RemoteVectorEnv(VectorEnv):
         Keys: ``address``; ``security`` (``"none"`` or how CURVE is used); ``connections`` (open now);
         ``handshakes_accepted``; ``handshakes_denied`` (counts by reason: ``"key not authorized"``,
         ``"too many connections"``, ``"handshake rate exceeded"`` ...); ``clients`` (joined);
-        ``waiting`` (in line for a slot); ``recent_refusals`` (the last HELLO refusals' reasons).
+        ``waiting`` (in line for a slot) and ``waiting_clients`` (their names, first in line first; one that
+        died waiting stays listed until a slot is offered to it); ``recent_refusals`` (the last HELLO
+        refusals' reasons).
         """
         self._check_open()
         return self._server.connection_stats()
@@ -609,6 +617,8 @@ class RemoteVectorEnv(VectorEnv):
                 f"autoreset_mode=DISABLED and the episodes of slots {np.flatnonzero(self._autoreset_envs).tolist()} "
                 "have ended: reset them with reset(options={'reset_mask': mask}) before stepping"
             )
+        if self._step_in_slabs(actions):
+            return
         build = commands.step(
             actions, self.num_envs, self._single_action_space, self._action_leaf_spaces, self._action_space
         )(commands.whole)
@@ -619,6 +629,30 @@ class RemoteVectorEnv(VectorEnv):
             self._server.members.clients_of(stepped), build, landing, reply_kind=Kind.RESULT, what="step"
         )
         self._waiting_for = "step"
+
+    def _step_in_slabs(self, actions: Any) -> bool:
+        """:meth:`step_async` for the common case, every slot served and stepped by members whose slabs take the
+        actions as they are (PROTOCOL.md §13.6): a numpy batch of a single array space's own dtype. False (nothing
+        done) otherwise."""
+        if (
+            type(actions) is not np.ndarray
+            or actions.shape != self._slab_action_shape
+            or actions.dtype != self._slab_action_dtype
+            or self._server.has_events
+            or self._episodes.any_unreported
+        ):
+            return False
+        members = self._server.slab_members()
+        if members is None:
+            return False
+        self._batch.clear_infos()
+        landing = self._batch.landing(arrivals=[])
+        exchange = self._server.start_in_slabs(members, actions, landing)
+        if exchange is None:
+            return False
+        self._step_call = exchange
+        self._waiting_for = "step"
+        return True
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The results of :meth:`step_async`, as :meth:`step` returns them.
@@ -653,6 +687,9 @@ class RemoteVectorEnv(VectorEnv):
         timeout = self.timeout if timeout is None else timeout
         try:
             self._server.finish(exchange, time.monotonic() + timeout, timeout)
+        except BaseException:
+            self._server.abandon(exchange)  # (an interrupt as finish() was entered, before it could)
+            raise
         finally:
             self._drain_events()
         if self._episodes.any_unreported:  # (a slot whose result landed returns it; a loss after it waits a step)
@@ -977,6 +1014,9 @@ class RemoteVectorEnv(VectorEnv):
                     exchange, call.exchange = call.exchange, None
                     try:
                         self._server.finish(exchange, time.monotonic() + round_timeout, round_timeout)
+                    except BaseException:
+                        self._server.abandon(exchange)  # (an interrupt as finish() was entered, before it could)
+                        raise
                     finally:
                         call.remaining.difference_update(slot for slot, _ in call.landed)
                         self._drain_events()
@@ -1163,8 +1203,11 @@ class _Serving:
     action_space: gym.Space | None
 
     def learner_spin(self, local_processes: int) -> float:
-        """``spin`` if given; by default none when ``local_processes`` clients on this machine need every core."""
-        return default_spin(local_processes) if self.spin is None else self.spin
+        """``spin`` if given; by default none when ``local_processes`` clients on this machine need every core
+        (see :func:`~gym_remote.server.default_spin`)."""
+        if self.spin is not None:
+            return self.spin
+        return default_spin(local_processes, shared_memory=self.data_plane == "shm" and shared.AVAILABLE)
 
 
 def _security_options(security: SecurityOptions | None, given: SecurityOptions) -> SecurityOptions:

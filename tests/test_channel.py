@@ -27,23 +27,31 @@ pytestmark = [
 ]
 
 
+SLAB_SHAPE = [8, 7]
+"""The frame sizes of the messages the slabs of connected_channels("slabs") carry, both ways."""
+
+
 def connected_channels(kind: str) -> tuple[Channel, Channel]:
     """Two channels connected to each other: over the socket alone, or with a shared block whose mailboxes
-    carry what fits (the first is the server's end, the second the client's)."""
+    carry what fits, and with ``"slabs"`` whose slabs carry the messages of frame sizes :data:`SLAB_SHAPE` too
+    (the first is the server's end, the second the client's)."""
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     a, b = Channel(left, max_frame_bytes=64 << 20), Channel(right, max_frame_bytes=64 << 20)
-    if kind == "mailboxes":
-        block = shared.Block.create(1 << 16, 1 << 16)
+    if kind in ("mailboxes", "slabs"):
+        slab = shared.slab_bytes(SLAB_SHAPE) if kind == "slabs" else 0
+        block = shared.Block.create(1 << 16, 1 << 16, (slab, slab))
         b.use_block(block, outgoing=shared.REPLIES)
         a.block_fd = os.dup(block.fd)
         assert a.attach_block() == ""
+        if kind == "slabs":
+            assert a.use_slabs(SLAB_SHAPE, SLAB_SHAPE) and b.use_slabs(SLAB_SHAPE, SLAB_SHAPE)
     return a, b
 
 
-@pytest.fixture(params=["socket", "mailboxes"])
+@pytest.fixture(params=["socket", "mailboxes", "slabs"])
 def pair(request):
     """Two connected channels (see connected_channels), of each kind; closed after the test."""
-    if request.param == "mailboxes" and not shared.AVAILABLE:
+    if request.param != "socket" and not shared.AVAILABLE:
         pytest.skip("shared-memory mailboxes need x86-64 Linux")
     a, b = connected_channels(request.param)
     yield a, b
@@ -316,7 +324,10 @@ def test_sends_and_reads_interrupted_at_random_moments_lose_or_garble_nothing(pa
     # (an interrupt between the test's append and consume() hands the same record out again: seen twice in a row)
     received = [frames for index, frames in enumerate(received) if index == 0 or frames != received[index - 1]]
     numbers = [struct.unpack("<Q", frames[0])[0] for frames in received]
-    assert numbers == sorted(set(numbers)), f"records out of order or twice: {numbers[:40]}"
+    bad = [i for i in range(1, len(numbers)) if numbers[i] <= numbers[i - 1]]
+    assert numbers == sorted(set(numbers)), (
+        f"records out of order or twice: {[numbers[max(0, i - 3) : i + 3] for i in bad[:5]]}"
+    )
     missing = sorted(returned - set(numbers))
     assert not missing, f"sends that returned but never arrived: {missing[:10]} (of {number} attempted)"
     assert set(numbers) <= set(attempted)
@@ -742,6 +753,108 @@ def test_a_receiver_that_falls_asleep_while_a_message_is_posted_gets_a_doorbell(
     assert frames_of(b.receive()) == [b"posted"]
     b.consume()
     assert b.receive() is None and b._buffer[b._start : b._end] == b""  # the doorbell was read and passed over
+
+
+@pytest.fixture
+def slabs():
+    """Two channels connected with a shared block and slabs (see connected_channels); closed after the test."""
+    if not shared.AVAILABLE:
+        pytest.skip("shared-memory mailboxes need x86-64 Linux")
+    a, b = connected_channels("slabs")
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _slab_message(number: int) -> list[bytes]:
+    return [struct.pack("<Q", number), bytes([number % 256]) * 7]
+
+
+def test_messages_of_the_slab_shape_travel_in_it_and_keep_their_order_with_the_rest(slabs):
+    """A message of the slab's shape goes in the slab when the receiver took every message before it, as a
+    mailbox message does; else on the socket, with the rest: the receiver takes them in the order they were
+    sent, whichever way each came."""
+    a, b = slabs
+    capacity = b.block.capacities[shared.COMMANDS]
+    sent = [_slab_message(1), [b"two"], _slab_message(3), [b"four", bytes(capacity)], _slab_message(5)]
+    for frames in sent:  # before any is read: the slab carries the first, the socket the rest
+        a.send(frames)
+    assert a._slab_out.posted() == 1 and a.messages_posted == 1
+    got = [frames_of(receive_within(b, 5, peer=a)) for _ in sent]
+    assert got == [[bytes(frame) for frame in frames] for frames in sent]
+    b.consume()
+    b.release()
+    for number in range(6, 10):  # read as they come: each finds the slab free
+        a.send(_slab_message(number))
+        assert frames_of(receive_within(b, 5)) == _slab_message(number)
+        assert a._slab_out.posted() == number
+        b.consume()
+        b.release()
+    assert a._slab_in.posted() == 0  # nothing came the other way
+
+
+def test_a_slab_message_goes_in_the_slab_to_a_sleeping_receiver_with_a_doorbell(slabs):
+    a, b = slabs
+    assert b.sleep()
+    a.send(_slab_message(1))
+    assert a._slab_out.posted() == 1
+    assert select.select([b.fileno()], [], [], 5)[0], "no doorbell woke the sleeping receiver"
+    b.wake()
+    assert frames_of(b.receive()) == _slab_message(1)
+    b.consume()
+    assert b.receive() is None  # the doorbell was passed over
+    a.send(_slab_message(2))
+    assert not b.sleep()  # a message came before it went to sleep: it must not
+    assert frames_of(b.receive()) == _slab_message(2)
+
+
+def test_a_slab_message_to_a_sleeper_whose_socket_is_full_rings_when_there_is_room(slabs):
+    """The receiver sleeps and its socket is full (of doorbells it has not read): a message posted in the slab
+    queues its doorbell, and the next one finds that doorbell still waiting and queues its own behind it; both
+    messages are taken, in order, once the receiver reads."""
+    a, b = slabs
+    a.sock.setblocking(False)
+    try:
+        while True:
+            a.sock.send(bytes(4096))  # (records of no frames: doorbells)
+    except BlockingIOError:
+        pass
+    for number in (1, 2):
+        assert b.sleep()
+        a.send(_slab_message(number))
+        assert a._slab_out.posted() == number and a.wants_write  # its doorbell waits for room
+        b.wake()
+        assert frames_of(b.receive()) == _slab_message(number)  # (an awake receiver looks at the slab first)
+        b.consume()
+        b.release()
+    deadline = time.monotonic() + 10
+    while a.wants_write and time.monotonic() < deadline:
+        while b.receive() is not None:
+            raise AssertionError("a record among the doorbells")
+        a.flush()
+    assert not a.wants_write
+
+
+def test_a_message_written_in_place_in_the_slab_is_taken_without_a_record(slabs):
+    """post_slab() sends what was written in the slab's frames; the receiver's message is those frames, where
+    they lie, and the sender's slab is free again only once the receiver let go of it."""
+    a, b = slabs
+    out, _ = a.slab_frames()
+    out[0][:] = struct.pack("<Q", 41)
+    out[1][:] = b"in situ"
+    assert a.slab_free()
+    a.post_slab()
+    assert not a.slab_free()
+    assert b.slab_holds()
+    record = b.receive()
+    assert [frame.obj for frame in record.frames] == [frame.obj for frame in b.slab_frames()[1]]  # (the block)
+    assert frames_of(record) == [struct.pack("<Q", 41), b"in situ"]
+    b.consume()
+    assert not a.slab_free()  # consumed, not let go of yet
+    b.release()
+    assert a.slab_free() and not b.slab_holds()
+    a.send([b"after"])
+    assert frames_of(receive_within(b, 5)) == [b"after"]
 
 
 def test_a_doorbell_only_wakes(mailboxes):

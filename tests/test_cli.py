@@ -384,8 +384,12 @@ def test_client_waiting_in_line_exits_0_when_the_learner_closes(run):
     try:
         serving = run("client", envs.address, "--env", "CartPole-v1", "--connect-timeout", "30")
         envs.reset(seed=0)
-        waiting = run("--log-level", "INFO", "client", envs.address, "--env", "CartPole-v1", "--connect-timeout", "30")
+        waiting = run(
+            "--log-level", "INFO", "client", envs.address, "--env", "CartPole-v1", "--connect-timeout", "30",
+            "--name", "second",
+        )  # fmt: skip
         step_until(envs, lambda: envs.server_stats()["waiting"] == 1, 30, "the second client to wait in line")
+        assert envs.server_stats()["waiting_clients"] == ["second"]
     finally:
         envs.close()
     assert serving.wait(10) == 0, serving

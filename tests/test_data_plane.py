@@ -30,7 +30,7 @@ from gym_remote.links import channel, shared
 from gym_remote.links.channel import Listener
 from gym_remote.protocol import Kind
 from tests.conftest import subprocess_env
-from tests.envs import make_cartpole
+from tests.envs import ActionEchoEnv, make_cartpole
 from tests.envs.faults import make_counter
 from tests.helpers import (
     ChannelMember,
@@ -80,6 +80,66 @@ def test_local_clients_match_sync_over_every_plane(mode, use_plane):
         steps = 8 if mode is AutoresetMode.DISABLED else 60  # DISABLED: before any episode can end
         actions = [rng.integers(0, 2, size=4) for _ in range(steps)]
         assert_same_steps(envs, expected, actions, seed=11)
+    finally:
+        envs.close()
+        expected.close()
+
+
+def slab_channels(envs: RemoteVectorEnv) -> list[channel.Channel]:
+    """The learner's ends of the members' data channels, each of which must use its slabs."""
+    channels = list(envs._server.mux.channels.values())
+    assert channels and all(link.slabs for link in channels)
+    return channels
+
+
+@pytest.mark.skipif(not shared.AVAILABLE, reason="shared-memory mailboxes need x86-64 Linux")
+@pytest.mark.parametrize("num_clients", [1, 2])
+@pytest.mark.parametrize(
+    ("mode", "record_stats"),
+    [(AutoresetMode.NEXT_STEP, False), (AutoresetMode.NEXT_STEP, True), (AutoresetMode.SAME_STEP, False)],
+    ids=["NextStep", "NextStep-episode infos", "SameStep"],
+)
+def test_steps_travel_in_the_slabs_and_match_sync(mode, record_stats, num_clients):
+    """Every STEP of a numpy batch of actions goes in the clients' slabs, and every RESULT without infos or final
+    observations comes back in them (the rest as messages): the returns are SyncVectorEnv's."""
+    env_fns = [functools.partial(make_cartpole, record_stats=record_stats, max_episode_steps=15)] * 4
+    expected = SyncVectorEnv(env_fns, autoreset_mode=mode)
+    envs = RemoteVectorEnv(env_fns, num_clients=num_clients, autoreset_mode=mode, data_plane="shm")
+    try:
+        rng = np.random.default_rng(5)
+        actions = [rng.integers(0, 2, size=4) for _ in range(60)]
+        ended = assert_same_steps(envs, expected, actions, seed=7)
+        channels = slab_channels(envs)
+        assert ended >= 8
+        assert sum(link.slab_posts for link in channels) == 60 * num_clients
+        taken = sum(link.slab_takes for link in channels)  # the reset's RESULTs, and the steps'
+        if mode is AutoresetMode.NEXT_STEP and not record_stats:
+            assert taken == 61 * num_clients
+        else:  # a RESULT with the infos or the final observation of an episode's end is a message
+            assert 61 * num_clients - ended <= taken < 61 * num_clients
+    finally:
+        envs.close()
+        expected.close()
+
+
+@pytest.mark.skipif(not shared.AVAILABLE, reason="shared-memory mailboxes need x86-64 Linux")
+def test_actions_the_slab_cannot_carry_as_they_are_travel_as_messages():
+    """Actions of another dtype than the action space's, lists, and batches whose rows are not contiguous reach
+    the envs exactly as SyncVectorEnv hands them over."""
+    env_fns = [functools.partial(ActionEchoEnv, "discrete")] * 4
+    expected = SyncVectorEnv(env_fns)
+    envs = RemoteVectorEnv(env_fns, num_clients=2, data_plane="shm")
+    try:
+        wide = np.arange(8, dtype=np.int64).reshape(4, 2) % 3
+        batches = [
+            np.array([0, 1, 2, 1]),
+            np.array([2, 1, 0, 1], dtype=np.int32),
+            [1, 2, 0, 0],
+            wide[:, 1],  # a view with a stride: each client's rows are copied before they are written
+            np.array([1, 1, 2, 0]),
+        ]
+        assert_same_steps(envs, expected, batches, seed=3)
+        assert sum(link.slab_posts for link in slab_channels(envs)) == 3 * 2  # the int64 batches
     finally:
         envs.close()
         expected.close()
@@ -252,6 +312,40 @@ def test_a_shared_block_the_learner_cannot_trust_is_refused_and_its_client_serve
     for _ in range(5):
         _, _, _, truncations, _ = envs.step(envs.action_space.sample())
         assert not truncations.any()
+
+
+@pytest.mark.skipif(not shared.AVAILABLE, reason="shared-memory mailboxes need x86-64 Linux")
+@pytest.mark.parametrize(
+    ("flag_byte", "kind", "reason"),
+    [(2, Kind.RESULT, "terminated/truncated bytes must be 0 or 1"), (0, Kind.CALL_RESULT, "expected RESULT")],
+    ids=["a flag byte of 2", "another kind"],
+)
+def test_a_malformed_result_in_a_slab_loses_only_its_client(caplog, flag_byte, kind, reason):
+    """What a client posts in its slab is checked as a message would be: a RESULT whose flag byte is neither 0 nor
+    1, or a header of another kind, loses that client with the reason in the log; the other slot's step lands."""
+    env_fns = [functools.partial(make_cartpole)] * 2
+    envs = RemoteVectorEnv(env_fns, num_clients=2, data_plane="shm")
+    try:
+        envs.reset(seed=0)
+        first = envs._server.members.slots[0]
+        link = envs._server.mux.channels[first.identity]
+        assert link.slabs
+        seq = envs._server._seq + 1  # the next step's
+        header = raw_header(kind, seq=seq, count=1) + struct.pack("<d", 1.0) + bytes([flag_byte, 0])
+        pid = envs.stats()[0]["pid"]
+        os.kill(pid, signal.SIGSTOP)  # (so that its own RESULT cannot come first)
+        try:
+            link._slab_in.post(link._messages_taken + 1, [header, np.zeros(4, np.float32)])  # as the client would
+            with caplog.at_level("ERROR", logger="gym_remote"):
+                observations, _, _, truncations, infos = envs.step(np.array([0, 1]))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert reason in caplog.text and "local-0" in caplog.text
+        assert truncations[0] and infos["client_lost"][0] and not infos["_client_lost"][1]
+        assert observations[1].any()  # slot 1 stepped
+        envs.step(np.array([1, 1]))  # and the vector goes on (slot 0 with a new client)
+    finally:
+        envs.close()
 
 
 def test_a_channel_greeted_by_another_process_is_not_taken(stack, thread_clients):

@@ -21,10 +21,11 @@ from gymnasium.error import NoAsyncCallError
 
 from gym_remote import RemoteTimeoutError, RemoteVectorEnv, protocol
 from gym_remote.errors import ProtocolError
+from gym_remote.links import shared
 from gym_remote.protocol import Kind
 from tests.envs import Counter, Napper
 from tests.envs.faults import make_action_digest
-from tests.helpers import garbage_collection_paused
+from tests.helpers import call_interrupted_at, garbage_collection_paused
 
 pytestmark = pytest.mark.timeout(90, method="thread")  # the tests use SIGALRM themselves
 
@@ -357,5 +358,48 @@ def test_a_reply_whose_frame_an_interrupt_took_leaves_its_slot_idle(taken):
         observations, _, _, _, infos = envs.recv(timeout=10)
         counts = dict(zip(infos["env_id"].tolist(), observations[:, 0].tolist(), strict=True))
         assert counts == {0: 2, 1: 2}, counts  # each env stepped twice
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("num_clients", [1, 2])
+@pytest.mark.parametrize("plane", ["shm", "uds", False], ids=["slabs", "uds", "zmq"])
+def test_a_step_cut_short_at_any_call_leaves_the_next_steps_their_own(plane, num_clients):
+    """For every n: a step interrupted at its n-th Python call (the learner's bookkeeping, the sending, the wait
+    and the landing included; with slabs, the actions written in them) awaits nothing afterwards; the steps after
+    it return their own results (each env's count goes up by one a step, whether the cut step reached it or not),
+    and with slabs they still travel in them."""
+    if plane == "shm" and not shared.AVAILABLE:
+        pytest.skip("shared-memory slabs need x86-64 Linux")
+    envs = RemoteVectorEnv([Counter] * 2, num_clients=num_clients, data_plane=plane, timeout=30)
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        counts = envs.step(actions)[0][:, 0]
+        channels = list(envs._server.mux.channels.values())
+        assert len(channels) == (num_clients if plane else 0)
+        assert all(link.slabs == (plane == "shm") for link in channels)
+        cuts = 0
+        for number in range(1, 400):
+            cut, result = call_interrupted_at(
+                number, KeyboardInterrupt, lambda: envs.step(actions), within="/gym_remote/"
+            )
+            if not cut:
+                assert (result[0][:, 0] == counts + 1).all()
+                counts = result[0][:, 0]
+                break
+            cuts += 1
+            assert_nothing_awaited(envs)
+            first = envs.step(actions)[0][:, 0]
+            second = envs.step(actions)[0][:, 0]
+            assert set(first - counts) <= {1.0, 2.0}, f"cut at call {number}: {counts} then {first}"
+            assert (second == first + 1).all(), f"cut at call {number}: {first} then {second}"
+            counts = second
+        assert cuts >= 20
+        posted = sum(link.slab_posts for link in channels)
+        for _ in range(5):
+            counts += 1
+            assert (envs.step(actions)[0][:, 0] == counts).all()
+        assert sum(link.slab_posts for link in channels) == posted + (5 * num_clients if plane == "shm" else 0)
     finally:
         envs.close()

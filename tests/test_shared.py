@@ -54,6 +54,46 @@ def test_a_block_is_sealed_sized_in_pages_and_attaches(block):
         os.ftruncate(block.fd, 4096)
 
 
+def test_a_block_with_slabs_lays_their_frames_out_on_lines_of_64_bytes():
+    step, result = [16, 8 * 8], [16 + 10 * 8, 8 * 4 * 4]
+    made = Block.create(100, 100, (shared.slab_bytes(step), shared.slab_bytes(result)))
+    try:
+        assert shared.slab_bytes(step) == 64 + 64 + 64 and shared.slab_bytes(result) == 64 + 128 + 128
+        assert made.size == shared.HEADER_BYTES + sum(made.capacities) + sum(made.slab_capacities)
+        other = attach_copy(made)
+        try:
+            assert other.slab_capacities == made.slab_capacities
+            sender, receiver = other.slab(shared.COMMANDS, step), made.slab(shared.COMMANDS, step)
+            assert [frame.nbytes for frame in sender.frames] == step
+            start = made.slab_start(shared.COMMANDS)
+            assert start == shared.HEADER_BYTES + sum(made.capacities)
+            sender.frames[1][:] = bytes(range(64))
+            assert not receiver.holds(0)
+            sender.post(1)
+            assert receiver.holds(0) and bytes(receiver.received[1]) == bytes(range(64))
+            assert os.pread(made.fd, 64, start + 128) == bytes(range(64))  # its second frame, at offset 128
+            assert struct.unpack("@Q", os.pread(made.fd, 8, start))[0] == 1  # posted, at the slab's start
+            assert not sender.free_for(2)
+            made.inbox(shared.COMMANDS).mark_taken(1)
+            assert sender.free_for(2) and not sender.free_for(3)
+            assert made.slab(shared.REPLIES, [*result[:1], result[1] + 1]) is None  # too small for that shape
+        finally:
+            other.close()
+    finally:
+        made.close()
+
+
+def test_a_block_without_slabs_has_none():
+    made = Block.create(100, 100)
+    try:
+        other = attach_copy(made)
+        assert made.slab_capacities == (0, 0) and other.slab_capacities == (0, 0)
+        assert made.slab(shared.COMMANDS, [16]) is None
+        other.close()
+    finally:
+        made.close()
+
+
 def test_a_lane_holds_twice_what_it_is_sized_for():
     assert shared.lane_bytes(0) == shared.MIN_LANE_BYTES
     assert shared.lane_bytes(1 << 20) >= 2 << 20
@@ -78,6 +118,10 @@ def _header(capacities: tuple[int, int]) -> bytes:
     return shared.MAGIC + struct.pack("@QQ", *capacities)
 
 
+def _slabbed(slabs: tuple[int, int]) -> bytes:
+    return _header((65536, 65536)) + struct.pack("@QQ", *slabs)
+
+
 def _a_file() -> int:
     with tempfile.TemporaryFile() as file:
         file.truncate(4096 + 2 * 65536)
@@ -97,8 +141,20 @@ FULL = 4096 + 2 * 65536
         (lambda: _memfd(4096, SHRINK, _header((0, 0))), None, "out of bounds"),
         (lambda: _memfd(FULL, SHRINK, _header((65536, 65536))), FULL - 1, "out of bounds"),
         (_a_file, None, "not a sealable memfd"),
+        (lambda: _memfd(FULL + 128, SHRINK, _slabbed((64, 32))), None, "do not fill"),
+        (lambda: _memfd(FULL + 96, SHRINK, _slabbed((64, 32))), None, "not whole multiples of 64"),
     ],
-    ids=["unsealed", "bad magic", "lanes overflow", "an empty lane", "too small", "too large", "a file"],
+    ids=[
+        "unsealed",
+        "bad magic",
+        "lanes overflow",
+        "an empty lane",
+        "too small",
+        "too large",
+        "a file",
+        "slabs overflow",
+        "a slab out of line",
+    ],
 )
 def test_a_block_the_learner_cannot_trust_is_refused(make, max_bytes, reason):
     fd = make()

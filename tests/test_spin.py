@@ -20,6 +20,7 @@ import pytest
 
 from gym_remote import RemoteVectorEnv
 from gym_remote.conformance.values import probe_vector
+from gym_remote.links import shared
 from gym_remote.server import DEFAULT_SPIN_SECONDS
 from gym_remote.spin import OtherThreads, SpinGate
 from tests.envs.partial import make_timed
@@ -204,8 +205,14 @@ def test_the_default_spins_only_when_a_core_is_left_for_it():
     env_fns = [lambda: gym.make("CartPole-v1")] * 2
     with closing(RemoteVectorEnv(env_fns, num_clients=1)) as one_client:
         assert one_client.spin == (DEFAULT_SPIN_SECONDS if cores >= 2 else 0.0)
-    with closing(RemoteVectorEnv(env_fns, num_clients=2)) as two_clients:
+    with closing(RemoteVectorEnv(env_fns, num_clients=2, data_plane="uds")) as two_clients:
         assert two_clients.spin == (DEFAULT_SPIN_SECONDS if cores >= 3 else 0.0)
+    with closing(RemoteVectorEnv(env_fns, num_clients=2, data_plane="shm")) as two_clients_in_shared_memory:
+        each_has_a_core = cores >= 2 and shared.AVAILABLE  # (they spin too: a step is a wake-up)
+        assert two_clients_in_shared_memory.spin == (DEFAULT_SPIN_SECONDS if each_has_a_core else 0.0)
+    many = [env_fns[0]] * (cores + 1)
+    with closing(RemoteVectorEnv(many, num_clients=cores + 1, data_plane="shm")) as more_clients_than_cores:
+        assert more_clients_than_cores.spin == 0.0
     with closing(RemoteVectorEnv(num_envs=2)) as remote_clients_only:
         assert remote_clients_only.spin == DEFAULT_SPIN_SECONDS
     with closing(RemoteVectorEnv(num_envs=2, spin=0.001)) as chosen:

@@ -201,12 +201,17 @@ class Channel:
         self.block: shared.Block | None = None
         self._mail_out: shared.Outbox | None = None
         self._mail_in: shared.Inbox | None = None
+        self._slab_out: shared.Slab | None = None  # the lanes' slabs, once agreed (see use_slabs)
+        self._slab_in: shared.Slab | None = None
         self._messages_sent = 0
         self._messages_taken = 0
         self._posting = 0  # the number of a message being posted (0: none in progress)
+        self._posting_to: shared.Outbox | shared.Slab | None = None  # where it is posted
         self._current_in_mailbox = False
         self._release_due = False  # a message was consumed and the peer is not told yet (see release)
-        self.messages_posted = 0  # messages this side sent through the shared block's mailbox
+        self.messages_posted = 0  # messages this side sent through the shared block (its mailbox or its slab)
+        self.slab_posts = 0  # of them, those in this side's slab
+        self.slab_takes = 0  # messages taken from the peer's slab
         fork.register(self)
 
     # -- the shared block --------------------------------------------------------------------------
@@ -237,6 +242,64 @@ class Channel:
         self._mail_in = block.inbox(1 - outgoing)
         self.block = block  # (last: a block in use has its mailboxes)
 
+    def use_slabs(self, outgoing: Sequence[int], incoming: Sequence[int]) -> bool:
+        """From now on, carry a message whose frames have exactly the sizes ``outgoing`` in this side's slab, and
+        take those the peer posts in its slab, of the sizes ``incoming`` (PROTOCOL.md §13.6): False (and no
+        slabs) if the block has none, or they are too small. Before any message travels on the channel."""
+        block = self.block
+        if block is None:
+            return False
+        lane = 1 - self._mail_in.lane
+        slab_out, slab_in = block.slab(lane, outgoing), block.slab(1 - lane, incoming)
+        if slab_out is None or slab_in is None:
+            return False
+        self._slab_out, self._slab_in = slab_out, slab_in
+        return True
+
+    @property
+    def slabs(self) -> bool:
+        """Whether messages of the slabs' shapes travel in them (see :meth:`use_slabs`)."""
+        return self._slab_out is not None
+
+    def slab_frames(self) -> tuple[list[memoryview], list[memoryview]]:
+        """The frames of this side's slab (writable, to fill before :meth:`post_slab`) and of the peer's (read-only:
+        a message :meth:`receive` hands out from the slab is these frames)."""
+        return self._slab_out.frames, self._slab_in.received
+
+    def slab_free(self) -> bool:
+        """Whether this side's slab may carry the next message now (its last one was taken and let go of)."""
+        return self._slab_out.free_for(self._messages_sent + 1) and not (
+            self._unsettled or self._broken or self._closed
+        )
+
+    def post_slab(self) -> None:
+        """Send the message written in this side's slab (its frames filled in place, see :meth:`slab_frames`;
+        only when :meth:`slab_free`), ringing a doorbell if the receiver sleeps; the messages consumed before it
+        are let go of first (see :meth:`release`). Never blocks.
+
+        Raises:
+            LinkBroken: the peer is gone.
+        """
+        if self._unsettled or self._broken or self._closed:
+            self._check_intact()
+        if self._release_due:  # (the peer's answer to this message may then use its slab at once)
+            self.release()
+        number = self._messages_sent + 1
+        self._posting_to = slab = self._slab_out
+        self._posting = number
+        self._unsettled = True
+        slab.post(number)
+        self._settle_post()
+
+    def slab_holds(self) -> bool:
+        """Whether the next message waits in the peer's slab and none is current (then :meth:`receive` hands it out
+        with no system call)."""
+        if self._unsettled or self._broken or self._closed:
+            return False  # (receive() says what is wrong)
+        if self._release_due:
+            self.release()
+        return self._current is None and self._slab_in.holds(self._messages_taken)
+
     @property
     def plane(self) -> str:
         """What carries this channel's messages: ``"shm"`` (shared-memory mailboxes) or ``"uds"`` (the socket)."""
@@ -251,7 +314,7 @@ class Channel:
             return False
         if self._release_due:
             self.release()
-        return self._mail_in.sleep(self._messages_taken)
+        return self._mail_in.sleep(self._messages_taken, self._slab_in)
 
     def wake(self) -> None:
         """The owner is awake again (see :meth:`sleep`)."""
@@ -283,6 +346,8 @@ class Channel:
             self._outbox.clear()
             self.sock.close()
             self._mail_out = self._mail_in = None
+            self._slab_out = self._slab_in = self._posting_to = None
+            self._release_due = False
             self._current = None  # (its frames may be views of the block, which cannot be unmapped while they live)
             if self.block is not None:
                 self.block.close()  # (its descriptor may still be block_fd: an attach cut short at its end)
@@ -309,6 +374,16 @@ class Channel:
         prefix = _COUNT.pack(count) + _lengths(count).pack(*lengths)
         size = 4 + 8 * count + sum(lengths)
         number = self._messages_sent + 1
+        slab = self._slab_out
+        if slab is not None and tuple(lengths) == slab.sizes and slab.free_for(number):
+            # in its slab even if the receiver sleeps: a doorbell wakes it (what the slab saves is the work, not
+            # only the wake-up)
+            self._posting_to = slab
+            self._posting = number
+            self._unsettled = True
+            slab.post(number, frames)
+            self._settle_post()
+            return
         mail = self._mail_out
         # a receiver asleep in poll() is woken by the socket anyway: the message goes there, with no doorbell
         if (
@@ -318,6 +393,7 @@ class Channel:
             and mail.free_for(number)
             and not mail.receiver_sleeps(fenced=False)  # (a stale answer only picks the path: see _settle_post)
         ):
+            self._posting_to = mail
             self._posting = number
             self._unsettled = True
             mail.post(number, prefix, frames, size)
@@ -337,13 +413,15 @@ class Channel:
         the receiver sleeps (rung twice if an interrupt came between, which is harmless). Repeatable."""
         number = self._posting
         if number:
-            if self._mail_out.posted() == number:
+            if self._posting_to.posted() == number:
                 if self._messages_sent != number:
                     self._messages_sent = number
                     self.messages_posted += 1
+                    self.slab_posts += self._posting_to is self._slab_out
                 if self._mail_out.receiver_sleeps():
                     self._ring()
             self._posting = 0
+            self._posting_to = None
         self._recheck_unsettled()
 
     def _recheck_unsettled(self) -> None:
@@ -354,7 +432,7 @@ class Channel:
         """Send a doorbell: a record of no frames, which wakes a receiver sleeping in ``poll()``."""
         if self._outbox:
             self._queue_rest([_DOORBELL], self._queued_end(), 0)
-            self.flush()
+            self._send_queued()  # (not flush(): a post still being settled would settle, and ring, again)
         else:
             self._send_now([_DOORBELL], borrowed=len(_DOORBELL))
 
@@ -366,12 +444,16 @@ class Channel:
         """
         if self._unsettled or self._broken or self._closed:
             self._check_intact()
+        self._send_queued()
+        return not self._outbox
+
+    def _send_queued(self) -> None:
+        """Send what waits in the outbox, as far as the socket takes it now."""
         outbox = self._outbox
         if outbox:
             self._trim()  # (what was sent leaves first, even if an interrupt cut short an earlier trimming)
             start, first = outbox[0]
             self._send_now([first[self._sent - start :], *(view for _, view in itertools.islice(outbox, 1, _IOV_MAX))])
-        return not self._outbox
 
     def _send_now(self, buffers: list[Any], borrowed: int = 0) -> None:
         """One ``sendmsg`` of ``buffers`` (never blocking), then its result is accounted for (:meth:`_settle_send`).
@@ -443,7 +525,9 @@ class Channel:
         if self._mail_in is not None:
             if self._release_due:
                 self.release()
-            if self._mail_in.holds(self._messages_taken):
+            if self._mail_in.holds(self._messages_taken) or (
+                self._slab_in is not None and self._slab_in.holds(self._messages_taken)
+            ):
                 return True
         try:
             return self._record_end() is not None
@@ -475,6 +559,13 @@ class Channel:
             record = FrameList(frames)
             self._current_in_mailbox = True
             self._current = record
+            return record
+        slab = self._slab_in
+        if slab is not None and slab.holds(self._messages_taken):
+            record = FrameList(list(slab.received))
+            self._current_in_mailbox = True
+            self._current = record
+            self.slab_takes += 1
             return record
         end = self._record_end()
         while end is None:

@@ -75,9 +75,11 @@ class ServerConnection:
 
     # -- the data channel --------------------------------------------------------------------------
 
-    def open_channel(self, max_frame_bytes: int, block_bytes: tuple[int, int] | None = None) -> tuple[str, bool]:
+    def open_channel(
+        self, max_frame_bytes: int, block_bytes: tuple[int, int, tuple[int, int]] | None = None
+    ) -> tuple[str, bool]:
         """Connect to the server's data channel and greet it with a new token; with ``block_bytes`` (the bytes
-        of a command and of a reply to carry), hand over a new shared block with the greeting too.
+        of a command and of a reply to carry, and of the slabs), hand over a new shared block with the greeting too.
 
         Returns:
             ``("", False)`` on success; else why not, and whether that is unexpected (nothing listening is
@@ -96,13 +98,16 @@ class ServerConnection:
         self.token = token
         return "", False
 
-    def use_channel(self, shared_memory: bool = False) -> None:
+    def use_channel(self, shared_memory: bool = False, slabs: tuple[list[int], list[int]] | None = None) -> None:
         """The WELCOME took the channel: from now on the membership's messages travel on it, through the shared
-        block's mailboxes if the WELCOME took that too."""
+        block's mailboxes if the WELCOME took that too, and its slabs for messages of the frame sizes ``slabs``
+        (a STEP's, a RESULT's) if it took those."""
         if self.channel is not None:
             block, self.block = self.block, None
             if shared_memory and block is not None:
                 self.channel.use_block(block, outgoing=shared.REPLIES)
+                if slabs is not None:
+                    self.channel.use_slabs(slabs[1], slabs[0])
             elif block is not None:
                 block.close()
             self._channel_poll = select.poll()
@@ -136,6 +141,26 @@ class ServerConnection:
             self.channel.consume()
             self.channel.release()
         self.channel.send(frames)
+
+    def reply_slab(self) -> list[memoryview] | None:
+        """The frames of the data channel's slab for replies, to write a RESULT into in place and send with
+        :meth:`post_slab`, if it may carry the next message now; else None (PROTOCOL.md §13.6)."""
+        if not self.on_channel:
+            return None
+        if self._handed_out:  # (as send: the command answered is done with)
+            self._handed_out = False
+            self.channel.consume()
+            self.channel.release()
+        channel = self.channel
+        return channel.slab_frames()[0] if channel.slabs and channel.slab_free() else None
+
+    def post_slab(self) -> None:
+        """Send the reply written in the slab :meth:`reply_slab` gave out.
+
+        Raises:
+            LinkBroken: the link is broken.
+        """
+        self.channel.post_slab()
 
     def send_last(self, frames: Sequence[Any], timeout: float) -> bool:
         """Send a last message (a BYE), waiting at most ``timeout`` for it to go out; False if it did not."""

@@ -20,7 +20,7 @@ from gym_remote.links.base import Arrival, Broken, CutShort, FrameList, LinkBrok
 from gym_remote.links.channel import Channel, Listener
 from gym_remote.links.zeromq import Router
 
-__all__ = ["Multiplexer"]
+__all__ = ["Multiplexer", "arrival"]
 
 _READ, _WRITE = select.POLLIN, select.POLLOUT
 _TROUBLE = select.POLLERR | select.POLLHUP | select.POLLNVAL
@@ -114,6 +114,15 @@ class Multiplexer:
             if event is not None:
                 return event
 
+    def look(self) -> Event | None:
+        """The next event if one is there now, with no waiting: :meth:`next` with a ``poll()`` that does not
+        block (which also sends what waits and accepts connections)."""
+        event = self._ready()
+        if event is not None:
+            return event
+        self._register()
+        return self._poll_links(0)
+
     # -- internals ---------------------------------------------------------------------------------
 
     def _ready(self) -> Event | None:
@@ -143,7 +152,7 @@ class Multiplexer:
                 except LinkBroken as error:
                     return Broken(identity, str(error))
                 if record is not None:
-                    return _arrival(identity, channel, record)
+                    return arrival(identity, channel, record)
         return None
 
     def _sleep(self) -> bool:
@@ -193,7 +202,7 @@ class Multiplexer:
                 if events & (_READ | _TROUBLE):
                     record = channel.receive()
                     if record is not None and arrived is None:
-                        arrived = _arrival(identity, channel, record)
+                        arrived = arrival(identity, channel, record)
             except LinkBroken as error:
                 self._broken.append(Broken(identity, str(error)))
         served = serve_listener or (other and listener is not None)
@@ -236,7 +245,7 @@ class Multiplexer:
         self._layout = layout
 
 
-def _arrival(identity: bytes, channel: Channel, record: FrameList) -> Arrival:
+def arrival(identity: bytes, channel: Channel, record: FrameList) -> Arrival:
     """``record``, the current one of ``channel``, as an arrival from ``identity``."""
     record.rewind()  # (handed out again if its handler was cut short)
     return Arrival(identity, record.next(), record, channel)

@@ -6,10 +6,15 @@ the learner with its data channel's greeting. The block holds two *lanes*, one p
 from the learner, replies from the client), each a mailbox for one record of the channel's format
 (``u32 count | count x u64 lengths | the frames``) and a few control words::
 
-    offset 0      "GR-SHM01", then u64 command lane capacity, u64 reply lane capacity
+    offset 0      "GR-SHM01", then u64 command lane capacity, u64 reply lane capacity, u64 and u64 slab sizes
     64 + 128 k    lane k, written by its sender:   u64 posted (number of the message in the mailbox), u64 length
     128 + 128 k   lane k, written by its receiver: u64 taken (messages consumed so far), u32 sleeping
-    4096          lane 0's mailbox, then lane 1's (each its capacity in bytes)
+    4096          lane 0's mailbox, then lane 1's (each its capacity in bytes), then lane 0's slab, lane 1's
+
+A lane's *slab* (:class:`Slab`, PROTOCOL.md §13.6) is a second mailbox for messages of one shape (a STEP for
+all of a client's envs, its RESULT): u64 posted, then the frames at fixed offsets, so that a sender writes its
+arrays where the receiver reads them and there is no record to build or parse. Slab messages are numbered
+with the lane's others and go in only under the mailbox's rule (the receiver took every message before).
 
 The words are in the host's byte order (both sides run on one host), 8-byte aligned, and each is written
 whole. A sender numbers its messages 1, 2, ... whichever way they travel. It puts message ``n`` in the
@@ -43,7 +48,7 @@ from typing import Any
 from gym_remote.links import fork
 from gym_remote.links.base import MAX_FRAMES
 
-__all__ = ["AVAILABLE", "Block", "BlockRefused", "Inbox", "Outbox", "lane_bytes"]
+__all__ = ["AVAILABLE", "Block", "BlockRefused", "Inbox", "Outbox", "Slab", "lane_bytes", "slab_bytes"]
 
 AVAILABLE = (
     sys.platform.startswith("linux")
@@ -64,6 +69,9 @@ COMMANDS, REPLIES = 0, 1
 _WORD = struct.Struct("@Q")  # native: CPython packs it with one memcpy, so a reader never sees half of it
 _HALF = struct.Struct("@I")
 _CAPACITIES = struct.Struct("@QQ")
+_SLAB_CAPACITIES = struct.Struct("@QQ")  # at offset 24; zeros in a block without slabs
+_SLAB_CONTROL = 64  # a slab's control bytes (its posted word) before its first frame
+_SLAB_ALIGN = 64
 _COUNT = struct.Struct("<I")
 _LANE_STRIDE = 128
 _SENDER, _RECEIVER = 64, 128  # offsets of a lane's control words, plus _LANE_STRIDE * lane
@@ -84,6 +92,12 @@ def _fence() -> None:
     _new_lock().acquire()
 
 
+def slab_bytes(frame_sizes: Sequence[int]) -> int:
+    """The bytes of a slab for messages of exactly these frame sizes: its control word, then each frame at a
+    multiple of 64 bytes."""
+    return _SLAB_CONTROL + sum(-(-size // _SLAB_ALIGN) * _SLAB_ALIGN for size in frame_sizes)
+
+
 def lane_bytes(payload: int) -> int:
     """A lane's capacity for records of up to ``payload`` bytes of frames: room for twice that (a value
     section next to the arrays), at least :data:`MIN_LANE_BYTES`, in whole pages."""
@@ -97,32 +111,36 @@ class Block:
     Make one with :meth:`create` (the client) or :meth:`attach` (the learner, checking what it was given).
     """
 
-    def __init__(self, fd: int, size: int, capacities: tuple[int, int]) -> None:
+    def __init__(self, fd: int, size: int, capacities: tuple[int, int], slabs: tuple[int, int] = (0, 0)) -> None:
         self.fd = fd
         self.size = size
         self.capacities = capacities
+        self.slab_capacities = slabs
         self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         fork.register(self)
 
     @classmethod
-    def create(cls, command_bytes: int, reply_bytes: int) -> Block:
-        """A new block whose lanes hold ``command_bytes`` and ``reply_bytes``, sealed at its size.
+    def create(cls, command_bytes: int, reply_bytes: int, slabs: tuple[int, int] = (0, 0)) -> Block:
+        """A new block whose lanes hold ``command_bytes`` and ``reply_bytes``, with slabs of ``slabs`` bytes
+        (see :func:`slab_bytes`; 0: none), sealed at its size.
 
         Raises:
             OSError: the kernel has no memfd or sealing.
         """
         capacities = (lane_bytes(command_bytes), lane_bytes(reply_bytes))
-        size = HEADER_BYTES + sum(capacities)
+        slabs = (_whole_lines(slabs[0]), _whole_lines(slabs[1]))
+        size = HEADER_BYTES + sum(capacities) + sum(slabs)
         fd = os.memfd_create("gym_remote-data", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
-            block = cls(fd, size, capacities)
+            block = cls(fd, size, capacities, slabs)
         except BaseException:
             os.close(fd)
             raise
         try:
             block._map[: len(MAGIC)] = MAGIC
             _CAPACITIES.pack_into(block._map, len(MAGIC), *capacities)
+            _SLAB_CAPACITIES.pack_into(block._map, len(MAGIC) + _CAPACITIES.size, *slabs)
             _add_seals(fd)
         except BaseException:
             block.close()
@@ -147,13 +165,19 @@ class Block:
         size = os.fstat(fd).st_size
         if not HEADER_BYTES < size <= max_bytes:
             raise BlockRefused(f"its size, {size} bytes, is out of bounds (at most {max_bytes})")
-        header = os.pread(fd, len(MAGIC) + _CAPACITIES.size, 0)
+        header = os.pread(fd, len(MAGIC) + _CAPACITIES.size + _SLAB_CAPACITIES.size, 0)
         if header[: len(MAGIC)] != MAGIC:
             raise BlockRefused("its header is not a gym_remote block's")
         capacities = _CAPACITIES.unpack_from(header, len(MAGIC))
-        if HEADER_BYTES + sum(capacities) != size or min(capacities) < 4 + 8:
-            raise BlockRefused(f"its lanes, {capacities[0]} and {capacities[1]} bytes, do not fill its {size} bytes")
-        return cls(fd, size, (int(capacities[0]), int(capacities[1])))
+        slabs = _SLAB_CAPACITIES.unpack_from(header, len(MAGIC) + _CAPACITIES.size)
+        if HEADER_BYTES + sum(capacities) + sum(slabs) != size or min(capacities) < 4 + 8:
+            raise BlockRefused(
+                f"its lanes, {capacities[0]} and {capacities[1]} bytes, and slabs, {slabs[0]} and {slabs[1]} bytes, "
+                f"do not fill its {size} bytes"
+            )
+        if any(slab % _SLAB_ALIGN for slab in slabs):
+            raise BlockRefused(f"its slabs, {slabs[0]} and {slabs[1]} bytes, are not whole multiples of 64 bytes")
+        return cls(fd, size, (int(capacities[0]), int(capacities[1])), (int(slabs[0]), int(slabs[1])))
 
     def outbox(self, lane: int) -> Outbox:
         return Outbox(self, lane)
@@ -165,6 +189,16 @@ class Block:
         """The mailbox bytes of ``lane``."""
         start = HEADER_BYTES + (self.capacities[0] if lane else 0)
         return memoryview(self._map)[start : start + self.capacities[lane]]
+
+    def slab_start(self, lane: int) -> int:
+        """The offset of the slab of ``lane``."""
+        return HEADER_BYTES + sum(self.capacities) + (self.slab_capacities[0] if lane else 0)
+
+    def slab(self, lane: int, frame_sizes: Sequence[int]) -> Slab | None:
+        """The slab of ``lane`` for messages of exactly ``frame_sizes`` bytes per frame; None if it is too small."""
+        if slab_bytes(frame_sizes) > self.slab_capacities[lane]:
+            return None
+        return Slab(self, lane, frame_sizes)
 
     @property
     def closed(self) -> bool:
@@ -189,6 +223,7 @@ class _Lane:
     """One end of a lane: its mailbox, and the offsets of its words."""
 
     def __init__(self, block: Block, lane: int) -> None:
+        self.lane = lane
         self.capacity = block.capacities[lane]
         self._map = block._map
         self._mailbox = block.mailbox(lane)
@@ -266,12 +301,12 @@ class Inbox(_Lane):
         """Tell the sender that ``taken`` messages have been consumed (the mailbox is free again)."""
         _WORD.pack_into(self._map, self._taken, taken)
 
-    def sleep(self, taken: int) -> bool:
-        """Say that the receiver is about to sleep; False (and awake again) if the mailbox holds the next message
-        already, which a sender that saw the receiver awake rang no doorbell for."""
+    def sleep(self, taken: int, slab: Slab | None = None) -> bool:
+        """Say that the receiver is about to sleep; False (and awake again) if the mailbox (or the lane's ``slab``)
+        holds the next message already, which a sender that saw the receiver awake rang no doorbell for."""
         _HALF.pack_into(self._map, self._sleeping, 1)
         _fence()
-        if self.holds(taken):
+        if self.holds(taken) or (slab is not None and slab.holds(taken)):
             _HALF.pack_into(self._map, self._sleeping, 0)
             return False
         return True
@@ -279,6 +314,59 @@ class Inbox(_Lane):
     def wake(self) -> None:
         """The receiver is awake (no doorbells needed)."""
         _HALF.pack_into(self._map, self._sleeping, 0)
+
+
+class Slab:
+    """A lane's slab: a second mailbox, for the one shape of message that dominates a lane (a STEP for all of a
+    client's envs, its RESULT), whose frames lie at fixed offsets (PROTOCOL.md §13.6). A message whose frames
+    have exactly the slab's sizes may travel in it, numbered with the lane's other messages; there is no
+    record to write or parse, and each side can read or write a frame where it lies (:attr:`frames`)."""
+
+    def __init__(self, block: Block, lane: int, frame_sizes: Sequence[int]) -> None:
+        self.sizes = tuple(int(size) for size in frame_sizes)
+        start = block.slab_start(lane)
+        self._map = block._map
+        self._posted = start
+        self._taken = _RECEIVER + _LANE_STRIDE * lane
+        view = memoryview(block._map)
+        frames, position = [], start + _SLAB_CONTROL
+        for size in self.sizes:
+            frames.append(view[position : position + size])
+            position += -(-size // _SLAB_ALIGN) * _SLAB_ALIGN
+        self.frames = frames
+        """The frames' bytes, where they lie (writable: the sender's to fill before :meth:`post`)."""
+        self.received = [frame.toreadonly() for frame in frames]
+        """The frames as a receiver hands them out."""
+
+    # the sender's end
+
+    def free_for(self, number: int) -> bool:
+        """Whether message ``number`` may go in the slab: the receiver took (and let go of) every message before it,
+        as for a mailbox (so a message an interrupt kept off the socket, which the receiver never takes, keeps the
+        slab unused: the numbers would no longer say the order)."""
+        return _WORD.unpack_from(self._map, self._taken)[0] == number - 1
+
+    def post(self, number: int, frames: Sequence[Any] | None = None) -> None:
+        """Put message ``number`` in the slab: ``frames`` (of exactly the slab's sizes; None: written in place
+        already), then mark it posted."""
+        if frames is not None:
+            for target, frame in zip(self.frames, frames, strict=True):
+                target[:] = memoryview(frame).cast("B")
+        _WORD.pack_into(self._map, self._posted, number)
+
+    def posted(self) -> int:
+        """The number of the message last posted."""
+        return _WORD.unpack_from(self._map, self._posted)[0]
+
+    # the receiver's end
+
+    def holds(self, taken: int) -> bool:
+        """Whether the slab holds the message after the ``taken`` ones consumed."""
+        return _WORD.unpack_from(self._map, self._posted)[0] == taken + 1
+
+
+def _whole_lines(size: int) -> int:
+    return -(-int(size) // _SLAB_ALIGN) * _SLAB_ALIGN
 
 
 def _add_seals(fd: int) -> None:

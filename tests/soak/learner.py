@@ -219,12 +219,15 @@ class Learner:
             self.step(interruptible=False)
             time.sleep(0.02)
         while True:
-            alive = len(self.injector.supervisor.alive())
-            known = self.envs.num_clients + self.envs.server_stats()["waiting"]
-            if known >= alive:
+            # by name: a client that died waiting stays in the line's count, and must not stand for one that
+            # is still reconnecting
+            alive = {client.name for client in self.injector.supervisor.alive()}
+            known = {row.get("client") for row in self.envs.stats()} | set(self.envs.server_stats()["waiting_clients"])
+            if alive <= known:
                 return
             if time.monotonic() > deadline:
-                raise SoakFailure(f"{alive} clients run, but only {known} serve or wait in line after {within:g} s")
+                missing = ", ".join(sorted(alive - known))
+                raise SoakFailure(f"clients {missing} run, but neither serve nor wait in line after {within:g} s")
             self.step(interruptible=False)
             time.sleep(0.05)
 
