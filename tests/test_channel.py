@@ -48,26 +48,32 @@ def connected_channels(kind: str) -> tuple[Channel, Channel]:
     return a, b
 
 
-@pytest.fixture(params=["socket", "mailboxes", "slabs"])
-def pair(request):
-    """Two connected channels (see connected_channels), of each kind; closed after the test."""
-    if request.param != "socket" and not shared.AVAILABLE:
+def _open_pair(kind: str):
+    """Two connected channels of ``kind`` (see connected_channels), closed after the test."""
+    if kind != "socket" and not shared.AVAILABLE:
         pytest.skip("shared-memory mailboxes need x86-64 Linux")
-    a, b = connected_channels(request.param)
+    a, b = connected_channels(kind)
     yield a, b
     a.close()
     b.close()
+
+
+@pytest.fixture(params=["socket", "mailboxes", "slabs"])
+def pair(request):
+    """Two connected channels, of each kind."""
+    yield from _open_pair(request.param)
 
 
 @pytest.fixture
 def mailboxes():
-    """Two channels connected with a shared block; closed after the test."""
-    if not shared.AVAILABLE:
-        pytest.skip("shared-memory mailboxes need x86-64 Linux")
-    a, b = connected_channels("mailboxes")
-    yield a, b
-    a.close()
-    b.close()
+    """Two channels connected with a shared block."""
+    yield from _open_pair("mailboxes")
+
+
+@pytest.fixture
+def slabs():
+    """Two channels connected with a shared block and slabs."""
+    yield from _open_pair("slabs")
 
 
 def frames_of(record) -> list[bytes]:
@@ -753,17 +759,6 @@ def test_a_receiver_that_falls_asleep_while_a_message_is_posted_gets_a_doorbell(
     assert frames_of(b.receive()) == [b"posted"]
     b.consume()
     assert b.receive() is None and b._buffer[b._start : b._end] == b""  # the doorbell was read and passed over
-
-
-@pytest.fixture
-def slabs():
-    """Two channels connected with a shared block and slabs (see connected_channels); closed after the test."""
-    if not shared.AVAILABLE:
-        pytest.skip("shared-memory mailboxes need x86-64 Linux")
-    a, b = connected_channels("slabs")
-    yield a, b
-    a.close()
-    b.close()
 
 
 def _slab_message(number: int) -> list[bytes]:
