@@ -1137,8 +1137,7 @@ def _block_bytes(hosted: HostedEnvs) -> tuple[int, int, tuple[int, int]]:
 
 def _array_bytes(space: gym.Space) -> int:
     """The bytes of one value of ``space`` as array frames (0 for spaces whose values travel in the value section)."""
-    leaves = codec.array_leaf_spaces(space) or []
-    return sum(int(np.prod(leaf.shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize for leaf in leaves)
+    return sum(codec.leaf_bytes(leaf) for leaf in codec.array_leaf_spaces(space) or [])
 
 
 def error_report(error: BaseException) -> dict[str, str]:

@@ -469,6 +469,11 @@ LEAF_SPACES = _BOX_LIKE
 """The spaces whose values are one array each (the leaves of :func:`array_leaf_spaces`)."""
 
 
+def leaf_bytes(space: spaces.Space) -> int:
+    """The bytes of one value of the array leaf ``space`` (one of :data:`LEAF_SPACES`)."""
+    return int(np.prod(space.shape, dtype=np.int64)) * np.dtype(space.dtype).itemsize
+
+
 def space_to_value(space: spaces.Space, *, allow_pickle: bool = False) -> Any:
     """Describe ``space`` as a value that :func:`encode` can send (see ``docs/PROTOCOL.md``).
 

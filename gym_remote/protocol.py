@@ -196,13 +196,9 @@ def slab_frame_sizes(count: int, observation_space: Any, action_space: Any) -> t
     action_leaves = codec.array_leaf_spaces(action_space)
     if observation_leaves is None or action_leaves is None:
         return None
-    step = [HEADER_SIZE, *(count * _leaf_bytes(leaf) for leaf in action_leaves)]
-    result = [HEADER_SIZE + 10 * count, *(count * _leaf_bytes(leaf) for leaf in observation_leaves)]
+    step = [HEADER_SIZE, *(count * codec.leaf_bytes(leaf) for leaf in action_leaves)]
+    result = [HEADER_SIZE + 10 * count, *(count * codec.leaf_bytes(leaf) for leaf in observation_leaves)]
     return step, result
-
-
-def _leaf_bytes(space: Any) -> int:
-    return int(np.prod(space.shape, dtype=np.int64)) * np.dtype(space.dtype).itemsize
 
 
 def pack_step_header(seq: int, count: int, dtypes: Sequence[np.dtype] | None = None, *, subset: bool = False) -> bytes:

@@ -136,10 +136,7 @@ class ServerConnection:
         if not self.on_channel:
             self.dealer.send(frames)
             return
-        if self._handed_out:  # a reply: the command it answers is read, and its mailbox free for the next
-            self._handed_out = False
-            self.channel.consume()
-            self.channel.release()
+        self._answered()
         self.channel.send(frames)
 
     def reply_slab(self) -> list[memoryview] | None:
@@ -147,12 +144,16 @@ class ServerConnection:
         :meth:`post_slab`, if it may carry the next message now; else None (PROTOCOL.md §13.6)."""
         if not self.on_channel:
             return None
-        if self._handed_out:  # (as send: the command answered is done with)
+        self._answered()
+        channel = self.channel
+        return channel.slab_frames()[0] if channel.slabs and channel.slab_free() else None
+
+    def _answered(self) -> None:
+        """A reply goes out: the command it answers is read, and its mailbox (or slab) free for the next."""
+        if self._handed_out:
             self._handed_out = False
             self.channel.consume()
             self.channel.release()
-        channel = self.channel
-        return channel.slab_frames()[0] if channel.slabs and channel.slab_free() else None
 
     def post_slab(self) -> None:
         """Send the reply written in the slab :meth:`reply_slab` gave out.

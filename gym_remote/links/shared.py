@@ -95,7 +95,7 @@ def _fence() -> None:
 def slab_bytes(frame_sizes: Sequence[int]) -> int:
     """The bytes of a slab for messages of exactly these frame sizes: its control word, then each frame at a
     multiple of 64 bytes."""
-    return _SLAB_CONTROL + sum(-(-size // _SLAB_ALIGN) * _SLAB_ALIGN for size in frame_sizes)
+    return _SLAB_CONTROL + sum(_whole_lines(size) for size in frame_sizes)
 
 
 def lane_bytes(payload: int) -> int:
@@ -332,7 +332,7 @@ class Slab:
         frames, position = [], start + _SLAB_CONTROL
         for size in self.sizes:
             frames.append(view[position : position + size])
-            position += -(-size // _SLAB_ALIGN) * _SLAB_ALIGN
+            position += _whole_lines(size)
         self.frames = frames
         """The frames' bytes, where they lie (writable: the sender's to fill before :meth:`post`)."""
         self.received = [frame.toreadonly() for frame in frames]
