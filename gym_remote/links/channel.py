@@ -548,34 +548,47 @@ class Channel:
             self._check_intact()
         if self._current is not None:
             return self._current
-        mail = self._mail_in
-        if self._release_due:
-            self.release()
-        if mail is not None and mail.holds(self._messages_taken):  # (older messages are all taken: see send)
-            try:
-                frames = mail.frames(self.max_frame_bytes)
-            except ValueError as error:
-                raise self._malformed(str(error)) from None
-            record = FrameList(frames)
-            self._current_in_mailbox = True
-            self._current = record
-            return record
-        slab = self._slab_in
-        if slab is not None and slab.holds(self._messages_taken):
-            record = FrameList(list(slab.received))
-            self._current_in_mailbox = True
-            self._current = record
-            self.slab_takes += 1
-            return record
+        if self._mail_in is not None:
+            if self._release_due:
+                self.release()
+            record = self._take_posted()
+            if record is not None:
+                return record
         end = self._record_end()
         while end is None:
             if not self._receive_some():
                 return None
             end = self._record_end()
+        if self._mail_in is not None:
+            # the record on the socket may have been sent after the next message was posted (which the look above
+            # came too early to see): posted before the send, it is seen now, and comes first
+            record = self._take_posted()
+            if record is not None:
+                return record
         record = FrameList(self._frames_of_record())
         self._current_end = end
         self._current_in_mailbox = False
         self._current = record
+        return record
+
+    def _take_posted(self) -> FrameList | None:
+        """The next message, made current, if the mailbox or the slab holds it (older messages are all taken then:
+        see :meth:`send`)."""
+        mail, slab = self._mail_in, self._slab_in
+        from_slab = False
+        if mail.holds(self._messages_taken):
+            try:
+                frames = mail.frames(self.max_frame_bytes)
+            except ValueError as error:
+                raise self._malformed(str(error)) from None
+        elif slab is not None and slab.holds(self._messages_taken):
+            frames, from_slab = list(slab.received), True
+        else:
+            return None
+        record = FrameList(frames)
+        self._current_in_mailbox = True
+        self._current = record
+        self.slab_takes += from_slab
         return record
 
     def consume(self) -> None:
