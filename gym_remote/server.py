@@ -685,6 +685,8 @@ class SlotServer:
     def _dispatch(self, event: Arrival | Broken | CutShort | None) -> None:
         if isinstance(event, Arrival):
             self._handle(event)
+            if type(event.source) is Channel:  # (handled: the client's next reply may use the block at once)
+                event.source.release()
         elif isinstance(event, Broken):
             self._on_broken(event)
         elif isinstance(event, CutShort):

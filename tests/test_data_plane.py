@@ -123,6 +123,34 @@ def test_steps_travel_in_the_slabs_and_match_sync(mode, record_stats, num_client
 
 
 @pytest.mark.skipif(not shared.AVAILABLE, reason="shared-memory mailboxes need x86-64 Linux")
+def test_partial_batches_of_whole_clients_travel_in_the_slabs_both_ways():
+    """send()/recv() of one client's slots at a time: each STEP goes in the client's slab, and each RESULT comes
+    back in its slab, however the learner's waits interleave the two clients (the learner lets go of a reply as
+    soon as it has landed it, so that the client's next one finds the slab free)."""
+    env_fns = [functools.partial(make_cartpole, max_episode_steps=15)] * 4
+    envs = RemoteVectorEnv(env_fns, num_clients=2, batch_size=2, data_plane="shm")
+    try:
+        envs.async_reset(seed=7)
+        for _ in range(2):  # the resets, one message per slot
+            envs.recv()
+        envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+        envs.send(np.zeros(2, dtype=np.int64), [2, 3])
+        cycles = 200
+        for _ in range(cycles):
+            *_, infos = envs.recv()
+            slots = infos["env_id"].tolist()
+            assert slots in ([0, 1], [2, 3])
+            envs.send(np.ones(2, dtype=np.int64), slots)
+        channels = slab_channels(envs)
+        for _ in range(2):
+            envs.recv()
+        assert sum(link.slab_posts for link in channels) == cycles + 2
+        assert sum(link.slab_takes for link in channels) == cycles + 2
+    finally:
+        envs.close()
+
+
+@pytest.mark.skipif(not shared.AVAILABLE, reason="shared-memory mailboxes need x86-64 Linux")
 def test_actions_the_slab_cannot_carry_as_they_are_travel_as_messages():
     """Actions of another dtype than the action space's, lists, and batches whose rows are not contiguous reach
     the envs exactly as SyncVectorEnv hands them over."""

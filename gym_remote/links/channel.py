@@ -604,8 +604,8 @@ class Channel:
     def release(self) -> None:
         """Tell the peer that the messages consumed are done with, so that its next one may use the mailbox again
         (the frames handed out are no longer valid then). Done by every :meth:`receive`, :meth:`buffered` and
-        :meth:`sleep` too: a learner consumes a reply before it lands it, and reads its frames until it looks
-        for the next message. An interrupt before it leaves the mailbox unused for one message, no more."""
+        :meth:`sleep` too: a learner consumes a reply before it lands it, and lets go of it once it is handled. An
+        interrupt before it leaves the mailbox unused for one message, no more."""
         if self._release_due:
             self._release_due = False
             self._mail_in.mark_taken(self._messages_taken)
