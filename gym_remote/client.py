@@ -221,7 +221,6 @@ class HostedEnvs:
             raise
         result.terminated[rows] = terminations
         result.truncated[rows] = truncations
-        self._gather_observations(indexes)
         return infos, finals, errors
 
     def reset(self, seeds: Sequence[int | None], options: Any, indexes: Sequence[int] | None) -> list[dict]:
@@ -243,7 +242,6 @@ class HostedEnvs:
             self.result.terminated[index] = False
             self.result.truncated[index] = False
             infos.append(info)
-        self._gather_observations(indexes)
         return infos
 
     def call(
@@ -302,18 +300,21 @@ class HostedEnvs:
             except Exception:  # closing must go on for the other envs
                 logger.exception("closing an env failed")
 
-    def _gather_observations(self, indexes: Sequence[int] | None) -> None:
-        """Batch the observations of the envs ``indexes`` (all if None) into their rows of the arrays.
+    def gather(self, indexes: Sequence[int] | None = None, into: Any = None) -> None:
+        """Batch the observations :meth:`step` or :meth:`reset` left of the envs ``indexes`` (all if None) into their
+        rows of :attr:`observations`; or, of all the envs, into ``into`` (a batch of the observation space laid
+        over other memory: a slab's frames).
 
         Only those rows: the other envs may never have been reset (a command for some envs).
         """
         if self.observations is None:
             return
         if indexes is None:
+            out = self.observations if into is None else into
             if self.observation_is_leaf:
-                np.stack(self.env_obs, axis=0, out=self.observations)
+                np.stack(self.env_obs, axis=0, out=out)
             else:
-                concatenate(self.observation_space, self.env_obs, self.observations)
+                concatenate(self.observation_space, self.env_obs, out)
             return
         for index in indexes:
             row = codec.leaves_to_batch(
@@ -329,18 +330,22 @@ class _ReplySlab:
     def __init__(self, hosted: HostedEnvs) -> None:
         self._leaves = [(leaf.dtype, leaf.shape) for leaf in hosted.observation_frames]
         self._frames: list[memoryview] | None = None
-        self._views: list[np.ndarray] = []
+        self._batch: Any = None  # the observation space's batch over the slab's frames
 
     def write(self, frames: list[memoryview], hosted: HostedEnvs, seq: int) -> None:
+        """The RESULT of the step or reset ``hosted`` made last, for all its envs: its observations gathered straight
+        into the slab."""
         if frames is not self._frames:  # (the same list every time: its views are made once)
-            self._views = [
+            views = [
                 np.frombuffer(frame, dtype).reshape(shape)
                 for frame, (dtype, shape) in zip(frames[1:], self._leaves, strict=True)
             ]
+            self._batch = (
+                views[0] if hosted.observation_is_leaf else codec.leaves_to_batch(hosted.observation_space, views)
+            )
             self._frames = frames
+        hosted.gather(None, into=self._batch)
         frames[0][:] = hosted.result.pack(seq, 0)
-        for view, leaf in zip(self._views, hosted.observation_frames):
-            np.copyto(view, leaf)
 
 
 class EnvClient:
@@ -1026,6 +1031,7 @@ class EnvClient:
                     return
             except LinkBroken as error:
                 raise _ServerGone(f"could not send RESULT to the server at {self.address}: {error}") from None
+        hosted.gather(indexes)
         if indexes is None:
             frames: list[Any] = [hosted.result.pack(seq, flags), *hosted.observation_frames]
         else:

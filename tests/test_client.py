@@ -449,6 +449,7 @@ def test_an_env_that_raises_stops_a_step_unless_each_env_stands_alone(each):
     assert infos == [{"steps": 2}, {}, {"steps": 2}] and finals is None
     assert hosted.result.rewards.tolist() == [1.0, 0.0, 1.0]
     assert hosted.result.terminated.tolist() == [True, False, True]
+    hosted.gather()
     assert hosted.observations[:, 0].tolist() == [2.0, 1.0, 2.0]  # the failed env keeps its observation
     assert hosted.autoreset == [True, False, True]
     infos, finals, errors = hosted.step([0, 1, 1], [1, 0, 2], each=True)  # in its own order; autoresets
