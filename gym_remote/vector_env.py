@@ -1133,10 +1133,11 @@ def _slot_numbers(slots: Any, num_envs: int, name: str) -> np.ndarray:
         ids = ids.reshape(1)
     if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
         raise ValueError(f"{name} must be a 1-d array of slot numbers, got {slots!r}")
-    if ids.size and (ids.min() < 0 or ids.max() >= num_envs):
-        raise ValueError(f"{name} must hold slots from 0 to {num_envs - 1}, got {ids.tolist()}")
-    if len(np.unique(ids)) != len(ids):
-        raise ValueError(f"{name} names a slot twice: {ids.tolist()}")
+    numbers = ids.tolist()  # (a list's min, max and set beat numpy's for the few slots of a call)
+    if numbers and (min(numbers) < 0 or max(numbers) >= num_envs):
+        raise ValueError(f"{name} must hold slots from 0 to {num_envs - 1}, got {numbers}")
+    if len(set(numbers)) != len(numbers):
+        raise ValueError(f"{name} names a slot twice: {numbers}")
     return ids.astype(np.intp)
 
 

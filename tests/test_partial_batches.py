@@ -535,10 +535,17 @@ def test_send_and_recv_refuse_what_the_api_forbids_without_side_effects(local_en
         envs.send([1], [2])  # its reset is in flight
     rollout.drain()
 
-    bad_ids = ([4], [-1], [0, 0], [[0, 1]], [], [0.5])
-    for ids in bad_ids:
-        with pytest.raises(ValueError):
-            envs.send(np.ones(max(1, len(ids)), dtype=np.int64), ids)
+    bad_ids = {
+        (4,): "from 0 to 3, got \\[4\\]",
+        (-1,): "from 0 to 3",
+        (0, 2, 0): "names a slot twice: \\[0, 2, 0\\]",
+        ((0, 1),): "1-d array",
+        (): "empty",
+        (0.5,): "1-d array of slot numbers",
+    }
+    for ids, message in bad_ids.items():
+        with pytest.raises(ValueError, match=message):
+            envs.send(np.ones(max(1, len(ids)), dtype=np.int64), list(ids))
     for actions, ids in (([1, 1, 1], [0, 1]), (np.ones(1, np.int64), [0, 1]), (np.ones(3, np.int64), None)):
         with pytest.raises(ValueError):
             envs.send(actions, ids)
