@@ -584,8 +584,7 @@ class SlotServer:
         while True:
             for identity, channel in slabs:
                 if identity in pending and channel.slab_holds():
-                    self._handle(arrival(identity, channel, channel.receive()))
-                    channel.release()  # (landed: the client's next RESULT may use the slab at once)
+                    self._dispatch(arrival(identity, channel, channel.receive()))
             now = clock()
             if not pending:
                 gate.waited(now - since)
