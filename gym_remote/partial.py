@@ -8,7 +8,8 @@ Every slot is in one :class:`SlotState` at a time, kept in one array (:class:`Sl
                                                            (SAME_STEP: PARKED for a replacement's reset)
 
 The slots of one ``send`` that one client serves get one STEP (``FLAG_SUBSET`` for some of a client's envs)
-with ``FLAG_EACH``, so that an env that raises costs no other slot its result (PROTOCOL.md §5.6); a slot
+with ``FLAG_EACH``, so that an env that raises costs no other slot its result (PROTOCOL.md §5.6); for all of a
+member's envs, with a numpy batch of actions, it is written straight in the member's slab (§13.6). A slot
 waiting for a client's reset gets a RESET of its own.
 :class:`PartialBatches` sends the commands; the :class:`~gym_remote.RemoteVectorEnv` waits, and
 tells it what happened (:meth:`PartialBatches.collect`, :meth:`PartialBatches.client_lost`).
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from gym_remote import commands, protocol
-from gym_remote.batch import ResultBatch
+from gym_remote.batch import Landing, ResultBatch
 from gym_remote.commands import Builder, Plan
 from gym_remote.episodes import Episodes
 from gym_remote.errors import RemoteEnvError
@@ -69,10 +70,13 @@ class SlotTable:
     """
 
     def __init__(self, num_envs: int) -> None:
-        self.state = np.full(num_envs, SlotState.IDLE, dtype=np.int8)
+        # one byte per slot, read and written as Python ints on the per-slot paths; ``state`` is a numpy view of the
+        # same bytes, for the masks of many slots at once
+        self._codes = bytearray(num_envs)  # (IDLE is 0)
+        self.state = np.frombuffer(self._codes, dtype=np.int8)
         self._parked: list[Parked | None] = [None] * num_envs
         self._exchange: list[Exchange | None] = [None] * num_envs
-        self._arrival = np.zeros(num_envs, dtype=np.int64)  # the order of READY slots' arrivals
+        self._arrival = [0] * num_envs  # the order of READY slots' arrivals
         self._arrivals = 0
 
     def slots_in(self, state: SlotState) -> list[int]:
@@ -91,19 +95,22 @@ class SlotTable:
     @property
     def ready(self) -> list[int]:
         """The READY slots, in arrival order."""
-        slots = (self.state == _READY).nonzero()[0]
-        return slots[np.argsort(self._arrival[slots], kind="stable")].tolist()
+        return sorted(self.slots_in(SlotState.READY), key=self._arrival.__getitem__)
 
     def any_parked(self) -> bool:
         """Whether a command waits for a client (asked on every ``recv``: kept cheap)."""
-        return bool((self.state == _PARKED).any())
+        return _PARKED in self._codes
 
     def ready_count(self) -> int:
-        return int(np.count_nonzero(self.state == _READY))
+        return self._codes.count(_READY)
+
+    def busy_count(self) -> int:
+        """How many slots are not IDLE."""
+        return len(self._codes) - self._codes.count(_IDLE)
 
     def exchange_of(self, slot: int) -> Exchange | None:
         """The exchange ``slot`` waits for, if it is IN_FLIGHT."""
-        return self._exchange[slot] if self.state[slot] == _IN_FLIGHT else None
+        return self._exchange[slot] if self._codes[slot] == _IN_FLIGHT else None
 
     @property
     def busy(self) -> np.ndarray:
@@ -112,7 +119,7 @@ class SlotTable:
 
     def any_busy(self) -> bool:
         """Whether any slot is not IDLE (on every lock-step call's path: kept cheap)."""
-        return bool(self.state.any())  # IDLE is 0
+        return self._codes.count(_IDLE) != len(self._codes)
 
     def outstanding(self) -> list[int]:
         """The slots whose results are still coming (PARKED or IN_FLIGHT)."""
@@ -120,28 +127,23 @@ class SlotTable:
 
     def park(self, slot: int, command: Parked) -> None:
         self._parked[slot] = command
-        self.state[slot] = _PARKED
+        self._codes[slot] = _PARKED
 
     def fly(self, slot: int, exchange: Exchange) -> None:
         self._exchange[slot] = exchange
-        self.state[slot] = _IN_FLIGHT
+        self._codes[slot] = _IN_FLIGHT
 
     def arrive(self, slot: int) -> None:
         self._arrivals += 1
         self._arrival[slot] = self._arrivals
-        self.state[slot] = _READY
+        self._codes[slot] = _READY
 
     def idle(self, slot: int) -> None:
-        self.state[slot] = _IDLE
+        self._codes[slot] = _IDLE
 
-    def take_ready(self, count: int) -> list[int]:
-        """The first ``count`` ready slots, which become IDLE."""
-        slots = self.ready
-        if count > len(slots):
-            raise ValueError(f"{count} results asked for, {len(slots)} are ready")
-        slots = slots[:count]
+    def idle_all(self, slots: list[int]) -> None:
+        """``slots`` become IDLE, all in one store."""
         self.state[slots] = _IDLE
-        return slots
 
     def clear(self) -> None:
         """Every slot IDLE (the exchanges in flight are the caller's to abandon first)."""
@@ -226,7 +228,7 @@ class PartialBatches:
         are READY and which commands are parked (only :meth:`collect`, :meth:`send` and :meth:`dispatch_parked`
         change them, never the server while it waits)."""
         arrivals_wanted = size - self.table.ready_count()
-        parked = self.table.slots_in(SlotState.PARKED)
+        parked = self.table.slots_in(SlotState.PARKED) if self.table.any_parked() else ()
         server = self.server
 
         def has_news() -> bool:
@@ -236,6 +238,8 @@ class PartialBatches:
                 return True
             if server.has_events:
                 return True
+            if not parked:
+                return False
             owners = server.members.slots
             return any(owners[slot] is not None for slot in parked)
 
@@ -302,7 +306,7 @@ class PartialBatches:
         interrupt returns them later rather than never)."""
         slots = self.table.ready[:size]
         results = self.batch.take(slots)
-        self.table.take_ready(size)
+        self.table.idle_all(slots)
         self.batch.forget_infos(slots)
         return results
 
@@ -346,6 +350,38 @@ class PartialBatches:
             else:
                 self.table.arrive(slot)
 
+    def send_in_slabs(self, slots: list[int], actions: np.ndarray) -> bool:
+        """:meth:`send` for the common case: ``slots`` are all the slots of some clients, each client's in its env
+        order (as :meth:`take` returns a client's results), every one of them a member whose slab takes a STEP for
+        all its envs (PROTOCOL.md §13.6), and nothing is parked. ``actions`` (a numpy batch in the action space's own
+        dtype, ``actions[row]`` for ``slots[row]``) are written straight in the slabs: no message is built. False,
+        with nothing sent, otherwise."""
+        if self.table.any_parked():
+            return False
+        server = self.server
+        owners = server.members.slots
+        members, rows = [], []
+        start = 0
+        while start < len(slots):
+            client = owners[slots[start]]
+            channel = server.slab_channel(client) if client is not None else None
+            end = start + client.count if channel is not None else 0
+            if channel is None or slots[start:end] != client.slots:
+                return False
+            members.append((client, channel))
+            rows.append(slice(start, end))
+            start = end
+        posts = server.slab_posts(members, actions, rows)
+        if posts is None:
+            return False
+        for post in posts:  # (an exchange each, as _start: a client's loss or error is its slots' alone)
+            client = post[0]
+            exchange = Exchange(server.next_seq(), Kind.RESULT, self._landing(None, each=True), "step")
+            self._fly(client.slots, exchange)
+            server.launch_in_slabs(exchange, [post], protocol.FLAG_EACH)
+            self._starting = False
+        return True
+
     def _start(
         self,
         owner: ClientInfo,
@@ -355,22 +391,27 @@ class PartialBatches:
         each: bool = False,
     ) -> None:
         """Send the command for the slots of ``plan`` (``messages(plan_of)`` builds it) to ``owner``; their results
-        land on arrival. ``each``: a STEP with FLAG_EACH (an env that raises costs no other slot its result).
-
-        The slots are IN_FLIGHT before the command goes out: a command cut short leaves them in flight with
-        nothing awaited, which :meth:`collect` turns back to IDLE (``_starting`` tells it to look).
-        """
-        failures = self._failures if each else None
-        sink = self.batch.landing(lambda _: plan, self._arrivals, failures, self._replies)
+        land on arrival. ``each``: a STEP with FLAG_EACH (an env that raises costs no other slot its result)."""
+        sink = self._landing(lambda _: plan, each)
         exchange = self.server.prepare([owner], messages(lambda _: plan), sink, reply_kind=Kind.RESULT, what=what)
         if each:
             frames = exchange.commands[0][1]
             frames[0] = protocol.add_flags(frames[0], protocol.FLAG_EACH)
-        self._starting = True
-        for slot in plan.slots:
-            self.table.fly(slot, exchange)
+        self._fly(plan.slots, exchange)
         self.server.launch(exchange)
         self._starting = False
+
+    def _landing(self, plan_of: commands.PlanOf | None, each: bool) -> Landing:
+        """Where the RESULT of a command started here lands (``plan_of`` None: it is for all its client's envs)."""
+        return self.batch.landing(plan_of, self._arrivals, self._failures if each else None, self._replies)
+
+    def _fly(self, slots: list[int], exchange: Exchange) -> None:
+        """``slots`` go IN_FLIGHT awaiting ``exchange``, before its command goes out: a command cut short leaves them
+        in flight with nothing awaited, which :meth:`collect` turns back to IDLE (``_starting`` tells it to look,
+        until the caller, the command sent, clears it)."""
+        self._starting = True
+        for slot in slots:
+            self.table.fly(slot, exchange)
 
 
 def format_outstanding(table: SlotTable) -> str:

@@ -436,9 +436,8 @@ class SlotServer:
         if members is None:  # (made again after every join and loss)
             members = []
             for client in self.members.clients.values():
-                links = self._links.get(client.identity)
-                data = links.data if links is not None else None
-                if type(data) is not Channel or not data.slabs:
+                data = self.slab_channel(client)
+                if data is None:
                     members = ()
                     break
                 members.append((client, data))
@@ -447,23 +446,49 @@ class SlotServer:
             self._slab_members = members
         return members or None
 
+    def slab_channel(self, client: ClientInfo) -> Channel | None:
+        """The data channel of member ``client`` if its STEPs for all its envs travel in its slab (§13.6), else None."""
+        links = self._links.get(client.identity)
+        data = links.data if links is not None else None
+        return data if type(data) is Channel and data.slabs else None
+
     def start_in_slabs(
         self, members: list[tuple[ClientInfo, Channel]], actions: np.ndarray, sink: Sink
     ) -> Exchange | None:
         """:meth:`start` a STEP for every slot whose actions, a contiguous batch in the action space's own dtype,
         are written straight in the slabs of ``members`` (from :meth:`slab_members`): no message is built. None,
         with nothing sent, if a slab cannot take it now."""
-        rows = []
-        for client, channel in members:
-            action_rows = actions[client.rows]
+        posts = self.slab_posts(members, actions, [client.rows for client, _ in members])
+        if posts is None:
+            return None
+        exchange = Exchange(self.next_seq(), Kind.RESULT, sink, "step")
+        self.launch_in_slabs(exchange, posts)
+        return exchange
+
+    @staticmethod
+    def slab_posts(
+        members: Sequence[tuple[ClientInfo, Channel]], actions: np.ndarray, rows: Sequence[slice | np.ndarray]
+    ) -> list[tuple[ClientInfo, Channel, np.ndarray]] | None:
+        """What :meth:`launch_in_slabs` posts: each member with the rows of ``actions`` (``rows[i]`` for
+        ``members[i]``) for all its envs; None if a slab cannot take them now (it is busy, or of another size)."""
+        posts = []
+        for (client, channel), member_rows in zip(members, rows, strict=True):
+            action_rows = actions[member_rows]
             if not channel.slab_free() or action_rows.nbytes != channel.slab_frames()[0][1].nbytes:
                 return None
-            rows.append(action_rows)
-        seq = self.next_seq()
-        exchange = Exchange(seq, Kind.RESULT, sink, "step")
-        flags = protocol.FLAG_CROWDED if self._spin.crowded else 0
+            posts.append((client, channel, action_rows))
+        return posts
+
+    def launch_in_slabs(
+        self, exchange: Exchange, posts: list[tuple[ClientInfo, Channel, np.ndarray]], flags: int = 0
+    ) -> None:
+        """Send ``exchange``'s STEP (with ``flags``) to each member of ``posts`` (from :meth:`slab_posts`) by
+        writing its actions in its slab. As :meth:`launch`, an interrupt abandons the exchange."""
+        seq = exchange.seq
+        if self._spin.crowded:
+            flags |= protocol.FLAG_CROWDED
         try:
-            for (client, channel), action_rows in zip(members, rows):
+            for client, channel, action_rows in posts:
                 self._await(exchange, client)
                 frames = channel.slab_frames()[0]
                 frames[0][:] = protocol.pack_header(Kind.STEP, seq, client.count, flags)
@@ -478,7 +503,6 @@ class SlotServer:
         except BaseException:
             self.abandon(exchange)
             raise
-        return exchange
 
     def _await(self, exchange: Exchange, client: ClientInfo) -> None:
         """``exchange`` awaits a reply from ``client`` (before its command goes out)."""

@@ -757,6 +757,15 @@ class RemoteVectorEnv(VectorEnv):
                 "result that recv() has not returned"
             )
         count, space = len(ids), self._single_action_space
+        if (
+            type(actions) is np.ndarray
+            and actions.dtype == self._slab_action_dtype
+            and actions.shape == (count, *self._slab_action_shape[1:])
+            and not self._server.has_events
+            and not self._episodes.any_unreported
+            and self._partial.send_in_slabs(ids.tolist(), actions)
+        ):
+            return
         batched = self._action_space if count == self.num_envs else self._action_batches[count]
         messages = commands.step(actions, count, space, self._action_leaf_spaces, batched)
         self._drain_events()
@@ -789,14 +798,16 @@ class RemoteVectorEnv(VectorEnv):
         deadline = time.monotonic() + timeout
         server = self._server
         while True:
+            outstanding = 0  # (no partial batches before the spaces are known)
             if partial is not None:
                 self._drain_events()
-                partial.dispatch_parked()
-                self._drain_events()  # losses while sending them: collect() reports those it finds
+                if partial.table.any_parked():
+                    partial.dispatch_parked()
+                    self._drain_events()  # losses while sending them: collect() reports those it finds
                 error = partial.collect()
                 if error is not None:
                     raise error
-            outstanding = int(np.count_nonzero(partial.table.busy)) if partial is not None else 0
+                outstanding = partial.table.busy_count()
             if not outstanding:  # (a result an interrupt cut short leaves its slot idle)
                 raise NoAsyncCallError(
                     "Calling `recv` with no slot in flight: send() actions (or async_reset()) first", "send"

@@ -256,6 +256,68 @@ def test_interrupted_recvs_never_lose_a_reply(batch_size):
         envs.close()
 
 
+def _drain(envs: RemoteVectorEnv) -> dict[int, float]:
+    """Every result still coming, by slot (the count each env's observation carries)."""
+    counts = {}
+    while True:
+        try:
+            observations, _, _, _, infos = envs.recv(timeout=10)
+        except NoAsyncCallError:
+            return counts
+        for row, slot in enumerate(infos["env_id"].tolist()):
+            assert slot not in counts, f"slot {slot} returned twice"
+            counts[slot] = float(observations[row, 0])
+
+
+@pytest.mark.parametrize("plane", ["shm", "uds", False], ids=["slabs", "uds", "zmq"])
+def test_a_send_cut_short_at_any_call_leaves_each_slot_its_own_results(plane):
+    """Partial batches, two members of one env each, every send() for both: for every n, a send interrupted at its
+    n-th Python call (with slabs, the actions written straight in them) leaves each slot either in flight with its
+    command sent, so that its result comes, or idle; the sends and recvs after it return each slot's own results
+    (each env's count goes up by one a step, whether the cut send reached it or not), and with slabs the commands
+    still travel in them."""
+    if plane == "shm" and not shared.AVAILABLE:
+        pytest.skip("shared-memory slabs need x86-64 Linux")
+    envs = RemoteVectorEnv([Counter] * 2, num_clients=2, batch_size=2, data_plane=plane, timeout=30)
+    try:
+        _reset_every_slot(envs)
+        actions, slots = np.zeros(2, dtype=np.int64), np.array([0, 1])
+        counts = {0: 0.0, 1: 0.0}
+        channels = list(envs._server.mux.channels.values())
+        assert all(link.slabs == (plane == "shm") for link in channels) and len(channels) == (2 if plane else 0)
+        cuts = 0
+        for number in range(1, 400):
+            send = lambda: envs.send(actions, slots)  # noqa: E731
+            cut, _ = call_interrupted_at(number, KeyboardInterrupt, send, within="/gym_remote/")
+            came = _drain(envs)
+            assert_nothing_awaited(envs)
+            for slot, count in came.items():
+                assert count in (counts[slot] + 1, counts[slot] + 2), f"cut at call {number}: slot {slot} {count}"
+                counts[slot] = count
+            if not cut:
+                assert set(came) == {0, 1}
+                break
+            cuts += 1
+            envs.send(actions, slots)
+            first = _drain(envs)
+            assert set(first) == {0, 1}, f"cut at call {number}: {first}"
+            for slot, count in first.items():  # (+2: the cut send stepped the env, its result was dropped)
+                assert count in (counts[slot] + 1, counts[slot] + 2), f"cut at call {number}: slot {slot} {count}"
+            envs.send(actions, slots)
+            second = _drain(envs)
+            assert second == {slot: count + 1 for slot, count in first.items()}, f"cut at call {number}: {second}"
+            counts = second
+        assert cuts >= 10
+        posted = sum(link.slab_posts for link in channels)
+        for _ in range(5):
+            envs.send(actions, slots)
+            assert _drain(envs) == {slot: count + 1 for slot, count in counts.items()}
+            counts = {slot: count + 1 for slot, count in counts.items()}
+        assert sum(link.slab_posts for link in channels) == posted + (5 * 2 if plane == "shm" else 0)
+    finally:
+        envs.close()
+
+
 def _kind_of(frame: bytes) -> int | None:
     try:
         return protocol.parse_header(frame).kind

@@ -27,6 +27,9 @@ def assert_consistent(table: SlotTable) -> None:
     assert sorted(table.ready) == [slot for slot, state in enumerate(states) if state == SlotState.READY]
     assert len(set(table.ready)) == len(table.ready), "a slot is ready once"
     assert table.any_parked() == (SlotState.PARKED in states)
+    assert table.ready_count() == states.count(SlotState.READY)
+    assert table.busy_count() == len(states) - states.count(SlotState.IDLE)
+    assert table.any_busy() == (table.busy_count() > 0)
     assert table.busy.tolist() == [state != SlotState.IDLE for state in states]
     assert table.outstanding() == [
         slot for slot, state in enumerate(states) if state in (SlotState.PARKED, SlotState.IN_FLIGHT)
@@ -88,20 +91,32 @@ def test_arrivals_are_ready_in_arrival_order():
     assert_consistent(table)
 
 
-def test_take_ready_returns_the_first_arrivals_and_makes_them_idle():
+def test_ready_lists_the_arrivals_in_order_and_idle_all_returns_them_to_idle():
     table = SlotTable(4)
     for slot in (3, 1, 0):
         table.fly(slot, exchange())
         table.arrive(slot)
-    assert table.take_ready(2) == [3, 1]
+    assert table.ready == [3, 1, 0]
+    table.idle_all([3, 1])
     assert table.state[3] == SlotState.IDLE and table.state[1] == SlotState.IDLE
     assert list(table.ready) == [0]
     assert table.busy.tolist() == [True, False, False, False]
     assert_consistent(table)
-    assert table.take_ready(0) == []
-    assert table.take_ready(1) == [0]
+    table.idle_all([])
+    assert table.ready == [0]
+    table.idle_all([0])
     assert not table.busy.any()
     assert_consistent(table)
+
+
+def test_the_state_array_and_the_per_slot_transitions_are_one_truth():
+    table = SlotTable(3)
+    table.fly(2, exchange())
+    assert table.state.tolist() == [SlotState.IDLE, SlotState.IDLE, SlotState.IN_FLIGHT]
+    table.state[2] = SlotState.READY  # a store through the array is seen by the per-slot reads
+    assert table.ready_count() == 1 and table.exchange_of(2) is None
+    table.clear()
+    assert table.busy_count() == 0 and not table.any_busy()
 
 
 def test_idle_from_in_flight_drops_the_exchange():
@@ -170,7 +185,7 @@ def test_busy_and_outstanding_tell_waiting_from_returned():
 
 # -- randomized against a reference model ------------------------------------------------------------
 
-OPERATIONS = ("park", "fly", "arrive", "idle", "take_ready", "clear")
+OPERATIONS = ("park", "fly", "arrive", "idle", "take", "clear")
 
 
 class Reference:
@@ -238,11 +253,13 @@ def test_random_transitions_match_a_reference_model(seed):
         elif operation == "idle":
             table.idle(slot)
             reference.move(slot, SlotState.IDLE)
-        elif operation == "take_ready":
+        elif operation == "take":
             count = int(rng.integers(len(reference.arrivals) + 1))
-            assert table.take_ready(count) == reference.take_ready(count)
+            taken = table.ready[:count]
+            table.idle_all(taken)
+            assert taken == reference.take_ready(count)
         else:
             table.clear()
             reference.clear()
         assert_matches(table, reference)
-    assert all(counts[operation] for operation in ("park", "fly", "arrive", "idle", "take_ready"))
+    assert all(counts[operation] for operation in ("park", "fly", "arrive", "idle", "take"))
