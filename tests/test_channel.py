@@ -852,6 +852,45 @@ def test_a_message_written_in_place_in_the_slab_is_taken_without_a_record(slabs)
     assert frames_of(receive_within(b, 5)) == [b"after"]
 
 
+def test_a_doorbell_is_taken_in_with_the_wake_up_it_caused(slabs):
+    """A receiver asleep in poll() is woken by the doorbell of a message posted in the slab: receive(woken=True)
+    hands out that message and reads the doorbell off the socket with it, so that the next poll() sleeps until
+    the next message rather than waking at once for the old doorbell. Without ``woken`` the doorbell stays."""
+    a, b = slabs
+    for woken in (True, False):
+        assert b.sleep()
+        out, _ = a.slab_frames()
+        out[0][:] = struct.pack("<Q", 7)
+        out[1][:] = b"rung it"
+        a.post_slab()  # the receiver sleeps: a doorbell on the socket too
+        assert select.select([b.sock], [], [], 5)[0], "the doorbell did not come"
+        b.wake()
+        assert frames_of(b.receive(woken)) == [struct.pack("<Q", 7), b"rung it"]
+        b.consume()
+        b.release()
+        assert bool(select.select([b.sock], [], [], 0)[0]) is not woken  # the doorbell read, or left to wake a poll
+        assert b.receive() is None  # (either way no record for it)
+        assert not select.select([b.sock], [], [], 0)[0]
+
+
+def test_a_message_taken_before_the_peer_closed_comes_before_the_end(slabs):
+    """The peer posts a message in its slab, rings (the receiver sleeps) and closes: the receiver woken by it gets
+    the message, and only its next receive() says the channel closed."""
+    a, b = slabs
+    assert b.sleep()
+    out, _ = a.slab_frames()
+    out[0][:] = struct.pack("<Q", 8)
+    out[1][:] = b"the end"
+    a.post_slab()
+    a.sock.shutdown(socket.SHUT_WR)
+    assert select.select([b.sock], [], [], 5)[0]
+    b.wake()
+    assert frames_of(b.receive(woken=True)) == [struct.pack("<Q", 8), b"the end"]
+    b.consume()
+    with pytest.raises(LinkBroken, match="closed"):
+        b.receive()
+
+
 def test_a_doorbell_only_wakes(mailboxes):
     """Records of no frames on the socket of a channel with a shared block are doorbells: passed over, whatever
     their number, between records too."""

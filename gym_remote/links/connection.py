@@ -232,6 +232,7 @@ class ServerConnection:
                 if writing != self._polling_writes:
                     poll.modify(channel.fileno(), _READ | (_WRITE if writing else 0))
                     self._polling_writes = writing
+                woken = False
                 if channel.sleep():
                     try:
                         found = poll.poll(int(remaining * 1000) + 1)
@@ -240,7 +241,8 @@ class ServerConnection:
                     for _, events in found:
                         if events & _WRITE:
                             channel.flush()
-                record = channel.receive()
+                        woken = woken or bool(events & _READ)
+                record = channel.receive(woken)
         self._handed_out = True
         record.rewind()
         return record.next(), record

@@ -200,7 +200,7 @@ class Multiplexer:
                     wrote = True
                     channel.flush()
                 if events & (_READ | _TROUBLE):
-                    record = channel.receive()
+                    record = channel.receive(woken=True)
                     if record is not None and arrived is None:
                         arrived = arrival(identity, channel, record)
             except LinkBroken as error:
