@@ -634,13 +634,7 @@ class RemoteVectorEnv(VectorEnv):
         """:meth:`step_async` for the common case, every slot served and stepped by members whose slabs take the
         actions as they are (PROTOCOL.md §13.6): a numpy batch of a single array space's own dtype. False (nothing
         done) otherwise."""
-        if (
-            type(actions) is not np.ndarray
-            or actions.shape != self._slab_action_shape
-            or actions.dtype != self._slab_action_dtype
-            or self._server.has_events
-            or self._episodes.any_unreported
-        ):
+        if not self._fits_slabs(actions, self.num_envs):
             return False
         members = self._server.slab_members()
         if members is None:
@@ -653,6 +647,19 @@ class RemoteVectorEnv(VectorEnv):
         self._step_call = exchange
         self._waiting_for = "step"
         return True
+
+    def _fits_slabs(self, actions: Any, count: int) -> bool:
+        """Whether ``actions`` may be written in the clients' slabs as they are: a numpy batch of ``count`` rows in
+        the single action space's own dtype (an array space), with no join, loss or loss report to take in first."""
+        shape = self._slab_action_shape
+        return (
+            shape is not None  # (first: numpy takes a dtype compared with None for float64)
+            and type(actions) is np.ndarray
+            and actions.dtype == self._slab_action_dtype
+            and actions.shape == (count, *shape[1:])
+            and not self._server.has_events
+            and not self._episodes.any_unreported
+        )
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The results of :meth:`step_async`, as :meth:`step` returns them.
@@ -757,14 +764,7 @@ class RemoteVectorEnv(VectorEnv):
                 "result that recv() has not returned"
             )
         count, space = len(ids), self._single_action_space
-        if (
-            type(actions) is np.ndarray
-            and actions.dtype == self._slab_action_dtype
-            and actions.shape == (count, *self._slab_action_shape[1:])
-            and not self._server.has_events
-            and not self._episodes.any_unreported
-            and self._partial.send_in_slabs(ids.tolist(), actions)
-        ):
+        if self._fits_slabs(actions, count) and self._partial.send_in_slabs(ids.tolist(), actions):
             return
         batched = self._action_space if count == self.num_envs else self._action_batches[count]
         messages = commands.step(actions, count, space, self._action_leaf_spaces, batched)

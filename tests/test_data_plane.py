@@ -173,6 +173,24 @@ def test_actions_the_slab_cannot_carry_as_they_are_travel_as_messages():
         expected.close()
 
 
+def test_a_float64_array_for_an_action_space_without_an_array_layout_gets_the_error_zeromq_gives():
+    """A Tuple action space has no slab layout: a float64 array given to send() or step() (numpy reads a dtype
+    compared with None as float64) takes the path of every other batch, and gets the same error as over ZeroMQ."""
+    env_fns = [functools.partial(ActionEchoEnv, "tuple")] * 2
+    errors = {}
+    for plane in ("shm" if shared.AVAILABLE else "uds", False):
+        envs = RemoteVectorEnv(env_fns, num_clients=1, batch_size=2, data_plane=plane)
+        try:
+            envs.async_reset(seed=0)
+            envs.recv()
+            with pytest.raises(Exception) as raised:
+                envs.send(np.zeros(2), [0, 1])
+            errors[plane] = (type(raised.value), str(raised.value))
+        finally:
+            envs.close()
+    assert len(set(errors.values())) == 1, errors  # (Gymnasium's own error: it cannot iterate over the rows)
+
+
 def test_the_environment_variable_turns_it_off(monkeypatch):
     monkeypatch.setenv("GYM_REMOTE_DATA_PLANE", "off")
     with contextlib.closing(RemoteVectorEnv([make_cartpole] * 2, num_clients=1)) as envs:
