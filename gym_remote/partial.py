@@ -119,7 +119,7 @@ class SlotTable:
 
     def any_busy(self) -> bool:
         """Whether any slot is not IDLE (on every lock-step call's path: kept cheap)."""
-        return self._codes.count(_IDLE) != len(self._codes)
+        return self.busy_count() != 0
 
     def outstanding(self) -> list[int]:
         """The slots whose results are still coming (PARKED or IN_FLIGHT)."""
@@ -310,15 +310,15 @@ class PartialBatches:
         self.batch.forget_infos(slots)
         return results
 
-    def dispatch_parked(self) -> None:
-        """Send the parked commands of the slots that have a client now."""
+    def dispatch_parked(self) -> bool:
+        """Send the parked commands of the slots that have a client now; whether there were any."""
         if not self.table.any_parked():
-            return
+            return False
         owners = list(self.server.members.slots)  # (a client lost while sending: see send())
         parked = self.table.parked
         due = [slot for slot in sorted(parked) if owners[slot] is not None]
         if not due:
-            return
+            return False
         seed = [None] * self.server.num_envs
         for slot in due:
             command, owner = parked[slot], owners[slot]
@@ -332,6 +332,7 @@ class PartialBatches:
                 action = [command.action]
                 messages = lambda plan_of, action=action: commands.listed_step(action, plan_of)  # noqa: E731
                 self._start(owner, plan, messages, "step", each=True)
+        return True
 
     def _report(self, slots: list[int]) -> None:
         """The results of ``slots``, whose client was lost (and the episodes know it): truncated,

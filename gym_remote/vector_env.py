@@ -801,8 +801,7 @@ class RemoteVectorEnv(VectorEnv):
             outstanding = 0  # (no partial batches before the spaces are known)
             if partial is not None:
                 self._drain_events()
-                if partial.table.any_parked():
-                    partial.dispatch_parked()
+                if partial.dispatch_parked():
                     self._drain_events()  # losses while sending them: collect() reports those it finds
                 error = partial.collect()
                 if error is not None:
