@@ -312,6 +312,9 @@ def make_env_fns(env: str | None, factory: str | None, num_envs: int, env_kwargs
         return [functools.partial(function, **env_kwargs) for _ in range(num_envs)]
     if env is None:
         raise ValueError("give --env ENV_ID or --factory MODULE:FUNCTION")
+    module_name, _, env_id = env.rpartition(":")
+    if module_name:  # import it here, so that a typo is told once, not by every client process
+        _import_module(module_name, f"--env {env!r}")
     return [functools.partial(gym.make, env, **env_kwargs) for _ in range(num_envs)]
 
 
@@ -319,10 +322,7 @@ def _import_factory(spec: str) -> Callable:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"--factory must look like 'module:function', got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"--factory {spec!r}: cannot import module {module_name!r}: {error}") from None
+    module = _import_module(module_name, f"--factory {spec!r}")
     function: Any = module
     for part in attribute.split("."):
         function = getattr(function, part, None)
@@ -331,6 +331,17 @@ def _import_factory(spec: str) -> Callable:
     if not callable(function):
         raise ValueError(f"--factory {spec!r}: {attribute!r} is not callable")
     return function
+
+
+def _import_module(name: str, option: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        raise ValueError(
+            f"{option}: cannot import module {name!r}: {error} (searched the current directory "
+            f"{os.getcwd()} and the installed packages; run from the directory that holds it, or add that "
+            "directory to PYTHONPATH)"
+        ) from None
 
 
 def _run_client(args: argparse.Namespace) -> int:
@@ -527,6 +538,14 @@ def _report(stats: dict[str, float]) -> None:
         print("no episode finished")
 
 
+def _import_from_working_directory() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m gym_remote`` does (the console script
+    would not), so that ``--factory myenvs:make_env`` finds ``./myenvs.py``; local clients inherit the path."""
+    here = os.getcwd()
+    if "" not in sys.path and here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(EXIT_TERMINATED)
 
@@ -573,6 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _import_from_working_directory()
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return args.handler(args)

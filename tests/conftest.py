@@ -240,7 +240,7 @@ def run(reaper, tmp_path):
 
     counter = iter(range(1000))
 
-    def start(*args: str, via: str = "module", name: str | None = None):
-        return gym_remote(reaper, tmp_path, name or f"run{next(counter)}", *args, via=via)
+    def start(*args: str, via: str = "module", name: str | None = None, **popen):
+        return gym_remote(reaper, tmp_path, name or f"run{next(counter)}", *args, via=via, **popen)
 
     return start

@@ -208,11 +208,11 @@ class ThreadClient:
 class LoggedProcess:
     """A process started through the ``reaper`` fixture, its stdout and stderr in ``tmp_path/NAME.out|.err``."""
 
-    def __init__(self, reaper, tmp_path: Path, name: str, command: list[str]) -> None:
+    def __init__(self, reaper, tmp_path: Path, name: str, command: list[str], **popen: Any) -> None:
         self.name = name
         self.stdout_path, self.stderr_path = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
-            self.process = reaper.popen(command, stdout=out, stderr=err)
+            self.process = reaper.popen(command, stdout=out, stderr=err, **popen)
 
     @property
     def pid(self) -> int:
@@ -239,10 +239,11 @@ class LoggedProcess:
         return f"{self.name}: exit {self.process.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
 
 
-def gym_remote(reaper, tmp_path: Path, name: str, *args: str, via: str = "module") -> LoggedProcess:
-    """``python -m gym_remote ARGS`` (``via="script"``: the ``gym-remote`` console script)."""
+def gym_remote(reaper, tmp_path: Path, name: str, *args: str, via: str = "module", **popen: Any) -> LoggedProcess:
+    """``python -m gym_remote ARGS`` (``via="script"``: the ``gym-remote`` console script); ``popen`` goes to
+    ``subprocess.Popen`` (e.g. ``cwd``)."""
     prefix = [GYM_REMOTE_SCRIPT] if via == "script" else [sys.executable, "-m", "gym_remote"]
-    return LoggedProcess(reaper, tmp_path, name, [*prefix, *args])
+    return LoggedProcess(reaper, tmp_path, name, [*prefix, *args], **popen)
 
 
 def cli_client(
@@ -255,9 +256,11 @@ def cli_client(
 # -- processes by pid ------------------------------------------------------------------------------
 
 
-def finished(run: Callable[..., LoggedProcess], *args: str, timeout: float = 60, via: str = "module") -> LoggedProcess:
+def finished(
+    run: Callable[..., LoggedProcess], *args: str, timeout: float = 60, via: str = "module", **popen: Any
+) -> LoggedProcess:
     """Run ``gym-remote ARGS`` through the ``run`` fixture and wait up to ``timeout`` seconds for it to end."""
-    process = run(*args, via=via)
+    process = run(*args, via=via, **popen)
     process.wait(timeout)
     return process
 

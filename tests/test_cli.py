@@ -136,6 +136,38 @@ def test_bad_factory_exits_nonzero_with_a_clear_message(run, command, factory, e
     assert "Traceback" not in result.stderr, result
 
 
+MODULE_IN_THE_WORKING_DIRECTORY = """
+import gymnasium as gym
+
+gym.register("Corridor-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv", max_episode_steps=20)
+
+
+def make_env(**kwargs):
+    return gym.make("CartPole-v1", **kwargs)
+"""
+
+
+@pytest.mark.parametrize("source", [["--factory", "myenvs:make_env"], ["--env", "myenvs:Corridor-v0"]])
+def test_an_env_module_in_the_working_directory_is_found_by_the_console_script(run, tmp_path, source):
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    (workdir / "myenvs.py").write_text(MODULE_IN_THE_WORKING_DIRECTORY)
+    args = ["demo", *source, "--num-envs", "2", "--num-clients", "2", "--steps", "200", "--no-progress"]
+    result = finished(run, *args, via="script", cwd=str(workdir), timeout=60)
+    assert result.process.returncode == 0, result
+    assert re.search(r"^200 steps in ", result.stdout, re.MULTILINE), result
+
+
+@pytest.mark.parametrize("option", ["--factory", "--env"])
+def test_a_missing_env_module_is_told_once_with_where_it_was_looked_for(run, tmp_path, option):
+    spec = "missing_envs_module:make_env" if option == "--factory" else "missing_envs_module:Corridor-v0"
+    result = finished(run, "demo", option, spec, "--num-clients", "2", "--no-progress", via="script", cwd=str(tmp_path))
+    assert result.process.returncode == 2, result
+    assert result.stderr.count("cannot import module 'missing_envs_module'") == 1, result
+    assert f"searched the current directory {tmp_path}" in result.stderr, result
+    assert "Traceback" not in result.stderr, result
+
+
 def test_client_factory_receives_env_kwargs(run):
     envs = RemoteVectorEnv(num_envs=3, connect_timeout=30)
     try:
