@@ -13,7 +13,7 @@ __all__ = ["Case", "Trainer", "interleaved_medians", "lock_step_rate", "print_ta
 
 def print_table(title: str, medians: dict[str, float], baseline: str, what: str, ratio: str) -> None:
     """One row per case: its median and its ratio to ``baseline``'s."""
-    print(format_table(title, medians, baseline, what, ratio))
+    print(format_table(title, medians, what, {ratio: baseline}))
 
 
 class Trainer:

@@ -7,9 +7,7 @@
 >>> envs.close()
 """
 
-from __future__ import annotations
-
-import logging
+import logging as _logging
 
 from gym_remote.client import EnvClient
 from gym_remote.errors import (
@@ -44,5 +42,5 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-logging.getLogger("gym_remote").addHandler(logging.NullHandler())
+_logging.getLogger("gym_remote").addHandler(_logging.NullHandler())
 register()  # gym.make_vec("gym_remote/RemoteVectorEnv-v0", num_envs=..., env_id=...)

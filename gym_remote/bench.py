@@ -49,13 +49,13 @@ def interleaved_medians(
     return {name: statistics.median(results[name]) for name in cases}
 
 
-def lock_step_rate(steps: int, warmup: int) -> Callable[[gym.vector.VectorEnv], float]:
-    """Env-steps per second of ``step()`` with random actions (drawn before the clock starts)."""
+def lock_step_rate(steps: int, warmup: int, seed: int = 0) -> Callable[[gym.vector.VectorEnv], float]:
+    """Env-steps per second of ``step()`` with random actions (drawn before the clock starts), from ``seed``."""
 
     def measure(envs: gym.vector.VectorEnv) -> float:
-        envs.action_space.seed(0)
+        envs.action_space.seed(seed)
         actions = [envs.action_space.sample() for _ in range(steps + warmup)]
-        envs.reset(seed=0)
+        envs.reset(seed=seed)
         for action in actions[:warmup]:
             envs.step(action)
         started = time.perf_counter()
@@ -66,10 +66,12 @@ def lock_step_rate(steps: int, warmup: int) -> Callable[[gym.vector.VectorEnv], 
     return measure
 
 
-def format_table(title: str, medians: dict[str, float], baseline: str, what: str, ratio: str) -> str:
-    """One row per case: its median and its ratio to ``baseline``'s."""
+def format_table(title: str, medians: dict[str, float], what: str, ratios: dict[str, str]) -> str:
+    """One row per case: its median, then its ratio to each baseline (``ratios``: column title -> case name)."""
     width = max(len(name) for name in medians) + 2
-    lines = [title, f"{'':{width}s} {what:>12s} {ratio:>12s}"]
+    header = "".join(f" {column:>10s}" for column in ratios)
+    lines = [title, f"{'':{width}s} {what:>12s}{header}"]
     for name, median in medians.items():
-        lines.append(f"{name:{width}s} {median:12,.0f} {median / medians[baseline]:12.2f}")
+        cells = "".join(f" {median / medians[baseline]:10.2f}" for baseline in ratios.values())
+        lines.append(f"{name:{width}s} {median:12,.0f}{cells}")
     return "\n".join(lines)

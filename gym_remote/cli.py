@@ -7,6 +7,7 @@ Subcommands:
 * ``serve`` runs the same rollout on a server that remote clients join;
 * ``bench`` measures an env's steps per second in SyncVectorEnv, AsyncVectorEnv and RemoteVectorEnv;
 * ``keygen NAME --dir DIR`` writes a CURVE key pair (``DIR/NAME.key``, ``DIR/NAME.key_secret``);
+* ``secret PATH`` writes a new random shared secret, readable only by you;
 * ``conformance -- CLIENT_COMMAND...`` checks a client, in any language, against the protocol
   (docs/CONFORMANCE.md).
 
@@ -48,17 +49,28 @@ def build_parser() -> argparse.ArgumentParser:
         description="Gymnasium vector envs whose environments run in ZeroMQ clients, local or remote.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_log_level(parser, default=None)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (_add_client, _add_demo, _add_serve, _add_bench, _add_keygen, _add_secret, _add_conformance):
+        add_command(commands)
+    for command in commands.choices.values():
+        _add_log_level(command, default=argparse.SUPPRESS)  # before or after the subcommand: the same option
+    return parser
+
+
+DEFAULT_LOG_LEVELS = {"client": "INFO", "serve": "INFO"}
+"""A client and a server tell their story (joins, refusals, losses, rejoins, closes, one line each) by
+default; the other subcommands only their warnings."""
+
+
+def _add_log_level(parser: argparse.ArgumentParser, default: str | None) -> None:
     parser.add_argument(
         "--log-level",
-        default="WARNING",
+        default=default,
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log verbosity (default: %(default)s)",
+        help="log verbosity (default: INFO for client and serve, WARNING for the others)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (_add_client, _add_demo, _add_serve, _add_bench, _add_keygen, _add_conformance):
-        add_command(commands)
-    return parser
 
 
 def _add_client(commands: argparse._SubParsersAction) -> None:
@@ -101,13 +113,7 @@ def _add_client(commands: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="how long to try to rejoin after the server went away; 'inf' tries forever (default: %(default)s)",
     )
-    client.add_argument(
-        "--liveness-timeout",
-        type=_seconds,
-        default=10.0,
-        metavar="SECONDS",
-        help="silence after which the server counts as gone (default: %(default)s)",
-    )
+    _add_liveness_timeout(client, "the server")
     client.add_argument(
         "--allow-pickle",
         action="store_true",
@@ -130,6 +136,11 @@ def _add_client(commands: argparse._SubParsersAction) -> None:
     security.add_argument("--server-key", metavar="PATH", help="the server's public key file (NAME.key)")
     security.add_argument("--client-key", metavar="PATH", help="this client's secret key file (NAME.key_secret)")
     _add_secret_file_argument(security)
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        help="connect beyond loopback without authentication, knowingly (no warning; only on a network you trust)",
+    )
     client.set_defaults(handler=_run_client)
 
 
@@ -142,8 +153,9 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
     )
     _add_env_arguments(demo, default_env="CartPole-v1", default_num_envs=8)
     _add_rollout_arguments(demo)
-    demo.add_argument("--num-clients", type=_positive_int, help="client processes (default: the CPU count)")
+    _add_num_clients(demo, "client processes; several counts run one rollout each (default: the CPU count)")
     demo.add_argument("--bind", help="endpoint for the local clients (default: a private ipc:// path)")
+    _add_server_security(demo)
     demo.set_defaults(handler=_run_demo)
 
 
@@ -155,16 +167,30 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         "random-action rollout once every slot is served, then close them.",
     )
     serve.add_argument("--bind", default="tcp://127.0.0.1:5555", help="endpoint to listen on (default: %(default)s)")
-    serve.add_argument("--num-envs", type=_positive_int, default=8, help="slots to fill (default: %(default)s)")
+    _add_env_arguments(serve, default_env=None, default_num_envs=8, required=False)
     serve.add_argument(
         "--connect-timeout",
         type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for clients to fill the slots (and for a lost client's replacement); 'inf' waits "
+        "forever (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--timeout",
+        type=_seconds,
         default=300.0,
         metavar="SECONDS",
-        help="how long to wait for clients to fill the slots (default: %(default)s)",
+        help="how long a step or reset may take; 'inf' waits forever (default: %(default)s)",
     )
+    _add_liveness_timeout(serve, "a client")
     _add_rollout_arguments(serve)
-    security = serve.add_argument_group("security (required to listen beyond loopback)")
+    _add_server_security(serve)
+    serve.set_defaults(handler=_run_serve)
+
+
+def _add_server_security(parser: argparse.ArgumentParser) -> None:
+    security = parser.add_argument_group("security (required to listen beyond loopback)")
     security.add_argument("--server-key", metavar="PATH", help="this server's secret key file (NAME.key_secret)")
     security.add_argument(
         "--authorized-keys",
@@ -184,7 +210,20 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="connections open at once beyond which new ones are refused (default: 4 x num-envs + 64)",
     )
-    serve.set_defaults(handler=_run_serve)
+
+
+def _add_liveness_timeout(parser: argparse.ArgumentParser, peer: str) -> None:
+    parser.add_argument(
+        "--liveness-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help=f"silence after which {peer} counts as gone; set it on both sides (default: %(default)s)",
+    )
+
+
+def _add_num_clients(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--num-clients", type=_positive_ints, metavar="N[,N...]", help=help)
 
 
 def _add_bench(commands: argparse._SubParsersAction) -> None:
@@ -201,12 +240,8 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         "--steps", type=_positive_int, default=2000, help="vector steps per measurement (default: %(default)s)"
     )
     bench.add_argument("--repeats", type=_positive_int, default=3, help="measurements per vector env (default: 3)")
-    bench.add_argument(
-        "--num-clients",
-        type=_positive_ints,
-        metavar="N[,N...]",
-        help="RemoteVectorEnv layouts: local client counts (default: 1 and the CPU count)",
-    )
+    bench.add_argument("--seed", type=int, default=0, help="seed for resets and actions (default: %(default)s)")
+    _add_num_clients(bench, "RemoteVectorEnv layouts: local client counts (default: 1 and the CPU count)")
     bench.add_argument(
         "--transport", choices=["ipc", "tcp"], default="ipc", help="the local clients' transport (default: ipc)"
     )
@@ -226,6 +261,17 @@ def _add_keygen(commands: argparse._SubParsersAction) -> None:
     keygen.add_argument("name", metavar="NAME", help="the key pair's name, e.g. server or worker-1")
     keygen.add_argument("--dir", default=".", help="directory to write into (default: the current one)")
     keygen.set_defaults(handler=_run_keygen)
+
+
+def _add_secret(commands: argparse._SubParsersAction) -> None:
+    secret = commands.add_parser(
+        "secret",
+        help="write a new shared secret for a server and its clients",
+        description="Write a new random shared secret (256 bits) to PATH, readable only by you, for --secret-file "
+        "on the server and on each client (copy it to their machines as securely as an SSH key).",
+    )
+    secret.add_argument("path", metavar="PATH", help="the file to create; an existing file is never overwritten")
+    secret.set_defaults(handler=_run_secret)
 
 
 def _add_conformance(commands: argparse._SubParsersAction) -> None:
@@ -268,8 +314,10 @@ def _add_secret_file_argument(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def _add_env_arguments(parser: argparse.ArgumentParser, default_env: str | None, default_num_envs: int) -> None:
-    source = parser.add_mutually_exclusive_group(required=default_env is None)
+def _add_env_arguments(
+    parser: argparse.ArgumentParser, default_env: str | None, default_num_envs: int, required: bool = True
+) -> None:
+    source = parser.add_mutually_exclusive_group(required=required and default_env is None)
     source.add_argument(
         "--env",
         default=default_env,
@@ -363,6 +411,7 @@ def _run_client(args: argparse.Namespace) -> int:
         server_key=args.server_key,
         client_key=args.client_key,
         secret=_secret(args),
+        insecure=args.insecure,
         data_plane=False if args.no_data_plane else None,
         spin=args.spin,
     )
@@ -384,6 +433,13 @@ def _run_keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_secret(args: argparse.Namespace) -> int:
+    from gym_remote.security import create_secret_file
+
+    print(f"shared secret (keep it private; give it to the server and its clients): {create_secret_file(args.path)}")
+    return EXIT_OK
+
+
 def _run_conformance(args: argparse.Namespace) -> int:
     from gym_remote.conformance import runner
 
@@ -401,7 +457,7 @@ def _run_conformance(args: argparse.Namespace) -> int:
 
     report = runner.run(command, groups=args.only, liveness_timeout=args.liveness_timeout, progress=progress)
     print()
-    print(report.text())
+    print(report.text(check_lines=False))  # the check lines were printed as they ran
     if args.json:
         with open(args.json, "w", encoding="utf-8") as file:
             file.write(report.dumps() + "\n")
@@ -412,50 +468,86 @@ def _run_demo(args: argparse.Namespace) -> int:
     from gym_remote.vector_env import RemoteVectorEnv
 
     env_fns = make_env_fns(args.env, args.factory, args.num_envs, args.env_kwargs)
-    started = time.perf_counter()
-    envs = RemoteVectorEnv(env_fns, autoreset_mode=args.autoreset_mode, num_clients=args.num_clients, bind=args.bind)
-    try:
-        print(
-            f"started {envs.num_clients} local client(s) serving {envs.num_envs} x {args.env or args.factory} "
-            f"at {envs.address} in {time.perf_counter() - started:.2f} s"
+    for num_clients in args.num_clients or [None]:
+        started = time.perf_counter()
+        envs = RemoteVectorEnv(
+            env_fns,
+            autoreset_mode=args.autoreset_mode,
+            num_clients=num_clients,
+            bind=args.bind,
+            **_server_security(args),
         )
-        _report(rollout(envs, args.steps, args.seed, progress=not args.no_progress))
-    finally:
-        envs.close()
+        try:
+            print(
+                f"started {envs.num_clients} local client(s) serving {envs.num_envs} x {_env_label(args)} "
+                f"at {envs.address} in {time.perf_counter() - started:.2f} s"
+            )
+            _report(rollout(envs, args.steps, args.seed, progress=not args.no_progress))
+        finally:
+            envs.close()
     return EXIT_OK
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     from gym_remote.vector_env import RemoteVectorEnv
 
-    secret = _secret(args)
+    spaces = _spaces_of(args)
     envs = RemoteVectorEnv(
         num_envs=args.num_envs,
         bind=args.bind,
         autoreset_mode=args.autoreset_mode,
+        timeout=args.timeout,
         connect_timeout=args.connect_timeout,
-        server_key=args.server_key,
-        authorized_keys=args.authorized_keys,
-        secret=secret,
-        insecure=args.insecure,
-        max_connections=args.max_connections,
+        liveness_timeout=args.liveness_timeout,
+        observation_space=spaces[0],
+        action_space=spaces[1],
+        **_server_security(args),
     )
-    if secret is not None:
+    if args.secret_file is not None:
         credentials = f" --secret-file {args.secret_file}"
     elif args.server_key is not None:
         credentials = " --server-key SERVER.key --client-key CLIENT.key_secret"
     else:
         credentials = ""
+    source = f"--factory {args.factory}" if args.factory else f"--env {args.env or 'ENV_ID'}"
+    if args.env_kwargs:
+        source += f" --env-kwargs '{json.dumps(args.env_kwargs)}'"
     try:
         print(
             f"listening on {envs.address} for {envs.num_envs} envs; start clients with:\n"
-            f"  gym-remote client {envs.address} --env CartPole-v1 --num-envs N{credentials}",
+            f"  gym-remote client {envs.address} {source} --num-envs N{credentials}",
             flush=True,
         )
         _report(rollout(envs, args.steps, args.seed, progress=not args.no_progress))
     finally:
         envs.close()
     return EXIT_OK
+
+
+def _server_security(args: argparse.Namespace) -> dict[str, Any]:
+    """The security keyword arguments of a RemoteVectorEnv from the server's command-line options."""
+    return {
+        "server_key": args.server_key,
+        "authorized_keys": args.authorized_keys,
+        "secret": _secret(args),
+        "insecure": args.insecure,
+        "max_connections": args.max_connections,
+    }
+
+
+def _spaces_of(args: argparse.Namespace) -> tuple[gym.Space | None, gym.Space | None]:
+    """The single spaces of the env that ``--env``/``--factory`` names (made once, then closed), or Nones."""
+    if args.env is None and args.factory is None:
+        return None, None
+    env = make_env_fns(args.env, args.factory, 1, args.env_kwargs)[0]()
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def _env_label(args: argparse.Namespace) -> str:
+    return args.factory or args.env
 
 
 def _run_bench(args: argparse.Namespace) -> int:
@@ -476,18 +568,38 @@ def _run_bench(args: argparse.Namespace) -> int:
     for clients in layouts:
         label = f"RemoteVectorEnv, {clients} client{'s' if clients > 1 else ''} ({args.transport})"
         makers[label] = lambda clients=clients: RemoteVectorEnv(env_fns, num_clients=clients, bind=bind)
-    measure = lock_step_rate(args.steps, max(10, args.steps // 10))
+    measure = lock_step_rate(args.steps, max(10, args.steps // 10), seed=args.seed)
     cases = {label: (make, measure) for label, make in makers.items()}
     with tqdm(
         total=len(cases) * args.repeats, unit="run", disable=args.no_progress, desc="bench", file=sys.stderr
     ) as bar:
         medians = interleaved_medians(cases, args.repeats, on_run=lambda name: bar.update(1))
     title = (
-        f"{args.num_envs} x {args.env or args.factory}, {args.steps} steps, median of {args.repeats} runs "
+        f"{args.num_envs} x {_env_label(args)}, {args.steps} steps, median of {args.repeats} runs "
         "(the vector envs taking turns)"
     )
-    print(format_table(title, medians, "AsyncVectorEnv", "env-steps/s", "x Async"))
+    ratios = {"x Sync": "SyncVectorEnv", "x Async": "AsyncVectorEnv"}
+    print(format_table(title, medians, "env-steps/s", ratios))
+    print(bench_verdict(medians))
     return EXIT_OK
+
+
+def bench_verdict(medians: dict[str, float]) -> str:
+    """One line that answers ``gym-remote bench``'s question from its medians: which is fastest, and why."""
+    remote = {name: rate for name, rate in medians.items() if name.startswith("RemoteVectorEnv")}
+    local = {name: rate for name, rate in medians.items() if name not in remote}
+    best_remote, best_local = max(remote, key=remote.get), max(local, key=local.get)
+    ratio = remote[best_remote] / local[best_local]
+    if ratio >= 1:
+        return (
+            f"verdict: remote stepping pays off for this env on this machine: {best_remote} makes {ratio:.2f}x "
+            f"the env-steps/s of {best_local}, the faster of Gymnasium's vector envs"
+        )
+    return (
+        f"verdict: {best_local} is faster here; the best RemoteVectorEnv layout ({best_remote}) makes {ratio:.2f}x "
+        "its env-steps/s. Remote stepping pays when an env step costs more than a message round trip (a slow "
+        "simulator, one client per core), or to take the envs off this machine"
+    )
 
 
 def rollout(envs: gym.vector.VectorEnv, steps: int, seed: int, *, progress: bool = True) -> dict[str, float]:
@@ -592,6 +704,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.log_level is None:
+        args.log_level = DEFAULT_LOG_LEVELS.get(args.command, "WARNING")
     _import_from_working_directory()
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -379,6 +379,8 @@ class EnvClient:
         client_key: this client's ``NAME.key_secret`` file (or secret key as Z85 text); the server
             must have its public key among its ``authorized_keys``.
         secret: a shared secret instead of key files: the same as the server's; it never travels.
+        insecure: connect beyond loopback without keys or a secret knowingly, without the warning it
+            otherwise gets (only on a network you trust).
         data_plane: on the server's machine, carry commands and results over a Unix socket (the
             same-host data plane, if the server offers one) instead of ZeroMQ. Default: on (Linux),
             unless the environment variable ``GYM_REMOTE_DATA_PLANE`` is ``off``.
@@ -413,6 +415,7 @@ class EnvClient:
         server_key: KeySource | None = None,
         client_key: KeySource | None = None,
         secret: str | bytes | None = None,
+        insecure: bool = False,
         data_plane: bool | str | None = None,
         spin: float = 0.0,
         _launch: dict[str, Any] | None = None,
@@ -435,7 +438,7 @@ class EnvClient:
         self.liveness_timeout = liveness_timeout
         self.allow_pickle = allow_pickle
         self._security = client_security(server_key, client_key, secret)
-        if self._security is None and not is_local_endpoint(address):
+        if self._security is None and not insecure and not is_local_endpoint(address):
             logger.warning(
                 "client %s: connecting to %s without authentication or encryption; anyone on the network path "
                 "can read and change the traffic (see server_key/client_key or secret)",

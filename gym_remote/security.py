@@ -18,6 +18,7 @@ import hashlib
 import ipaddress
 import logging
 import os
+import secrets
 import stat
 import threading
 import time
@@ -115,6 +116,21 @@ def create_key_files(name: str, directory: str | os.PathLike[str]) -> tuple[str,
     return tuple(os.fspath(path) for path in written)  # type: ignore[return-value]
 
 
+def create_secret_file(path: str | os.PathLike[str]) -> str:
+    """Write a new random shared secret (43 URL-safe characters, 256 bits) to ``path``, readable only by its owner.
+
+    Raises:
+        FileExistsError: ``path`` exists already (a secret is never overwritten).
+    """
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise FileExistsError(f"{os.fspath(path)} exists already; remove it first to make a new secret") from None
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(secrets.token_urlsafe(32) + "\n")
+    return os.fspath(path)
+
+
 def read_secret_file(path: str | os.PathLike[str]) -> str:
     """The shared secret stored in ``path`` (surrounding whitespace and the final newline removed)."""
     with open(path, encoding="utf-8") as file:
@@ -136,8 +152,8 @@ def keys_from_secret(secret: str | bytes) -> tuple[KeyPair, KeyPair]:
         raise ValueError("the shared secret is empty")
     if len(material) < SHORT_SECRET:
         warnings.warn(
-            f"the shared secret has only {len(material)} characters; use a long random one, e.g. "
-            "python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+            f"the shared secret has only {len(material)} characters; use a long random one, e.g. from "
+            "gym-remote secret PATH",
             stacklevel=3,
         )
     derived = hashlib.scrypt(material, salt=SECRET_SALT, dklen=64, **SCRYPT_COST)

@@ -343,7 +343,8 @@ class SlotServer:
             if time.monotonic() > deadline:
                 raise RemoteTimeoutError(
                     f"timed out after {timeout:g} s waiting for a first client at {self.address} "
-                    "to learn the spaces (pass observation_space and action_space to skip this wait)"
+                    "to learn the spaces (pass observation_space and action_space, or gym-remote serve --env ENV_ID, "
+                    "to skip this wait)"
                 )
             self._poll_once()
 

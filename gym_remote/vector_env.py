@@ -1187,9 +1187,10 @@ def _security(
             raise ValueError(
                 f"bind={bind!r} is reachable from other machines, and the server has no authentication: anyone "
                 "who reaches it could serve slots and read the traffic. Give server_key and authorized_keys "
-                "(gym-remote keygen), or secret; or insecure=True on a network you trust"
+                "(gym-remote keygen; --server-key and --authorized-keys), or secret (--secret-file); or insecure=True "
+                "(--insecure) on a network you trust"
             )
-        logger.warning("listening on %s without authentication or encryption (insecure=True)", bind)
+        logger.warning("listening on %s without authentication or encryption (insecure)", bind)
     if security is None or not launched:
         return security, None
     local_keys = KeyPair.generate()

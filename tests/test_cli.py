@@ -20,7 +20,7 @@ from tests.helpers import (
     wait_until,
 )
 
-SUBCOMMANDS = ("client", "demo", "serve")
+SUBCOMMANDS = ("client", "demo", "serve", "bench")
 FLAGS = {
     "client": [
         "ADDRESS",
@@ -31,6 +31,10 @@ FLAGS = {
         "--name",
         "--connect-timeout",
         "--allow-pickle",
+        "--liveness-timeout",
+        "--insecure",
+        "--secret-file",
+        "--log-level",
     ],
     "demo": [
         "--env",
@@ -43,8 +47,28 @@ FLAGS = {
         "--no-progress",
         "--num-clients",
         "--bind",
+        "--secret-file",
+        "--insecure",
+        "--log-level",
     ],
-    "serve": ["--bind", "--num-envs", "--connect-timeout", "--steps", "--seed", "--autoreset-mode", "--no-progress"],
+    "serve": [
+        "--bind",
+        "--env",
+        "--factory",
+        "--env-kwargs",
+        "--num-envs",
+        "--connect-timeout",
+        "--timeout",
+        "--liveness-timeout",
+        "--steps",
+        "--seed",
+        "--autoreset-mode",
+        "--no-progress",
+        "--secret-file",
+        "--insecure",
+        "--log-level",
+    ],
+    "bench": ["--env", "--factory", "--num-envs", "--num-clients", "--steps", "--seed", "--log-level"],
 }
 
 
@@ -113,6 +137,41 @@ def test_bad_usage_exits_2(run, args):
     assert "usage: gym-remote" in result.stderr, result
     assert "error:" in result.stderr, result
     assert "Traceback" not in result.stderr, result
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--log-level", "ERROR", "client", "ADDRESS", "--env", "CartPole-v1"],
+        ["client", "ADDRESS", "--env", "CartPole-v1", "--log-level", "error"],
+    ],
+)
+def test_the_log_level_is_taken_before_or_after_the_subcommand(run, args):
+    address = free_tcp_address()
+    args = [address if arg == "ADDRESS" else arg for arg in args]
+    result = finished(run, *args, "--connect-timeout", "1", "--no-reconnect", timeout=30)
+    assert result.process.returncode == 1, result
+    assert "no answer from a server" in result.stderr, result
+    assert " INFO " not in result.stderr, result  # a client's default level is INFO
+
+
+def test_bench_verdicts_name_the_fastest():
+    from gym_remote.cli import bench_verdict
+
+    slower = {"SyncVectorEnv": 800.0, "AsyncVectorEnv": 100.0, "RemoteVectorEnv, 1 client (ipc)": 200.0}
+    assert bench_verdict(slower).startswith("verdict: SyncVectorEnv is faster here; the best RemoteVectorEnv layout")
+    assert "(RemoteVectorEnv, 1 client (ipc)) makes 0.25x" in bench_verdict(slower)
+    faster = {"SyncVectorEnv": 800.0, "AsyncVectorEnv": 1000.0, "RemoteVectorEnv, 2 clients (ipc)": 1500.0}
+    assert "RemoteVectorEnv, 2 clients (ipc) makes 1.50x the env-steps/s of AsyncVectorEnv" in bench_verdict(faster)
+
+
+def test_demo_runs_one_rollout_per_client_count_and_names_the_factory(run):
+    args = ["demo", "--factory", "tests.envs:make_cartpole", "--num-envs", "2", "--num-clients", "1,2"]
+    result = finished(run, *args, "--steps", "100", "--no-progress", timeout=60)
+    assert result.process.returncode == 0, result
+    started = re.findall(r"^started (\d) local client\(s\) serving 2 x (\S+) ", result.stdout, re.MULTILINE)
+    assert started == [("1", "tests.envs:make_cartpole"), ("2", "tests.envs:make_cartpole")], result
+    assert len(re.findall(r"^100 steps in ", result.stdout, re.MULTILINE)) == 2, result
 
 
 # -- --factory and --env-kwargs ----------------------------------------------------------------------
@@ -280,7 +339,7 @@ def test_bench_measures_every_vector_env(run):
         timeout=90,
     )
     assert result.process.returncode == 0, result
-    rows = dict(re.findall(r"^(\S.*?)\s{2,}([\d,]+)\s+[\d.]+$", result.stdout, re.MULTILINE))
+    rows = dict(re.findall(r"^(\S.*?)\s{2,}([\d,]+)\s+[\d.]+\s+[\d.]+$", result.stdout, re.MULTILINE))
     assert list(rows) == [
         "SyncVectorEnv",
         "AsyncVectorEnv",
@@ -288,7 +347,11 @@ def test_bench_measures_every_vector_env(run):
         "RemoteVectorEnv, 3 clients (tcp)",
     ], result
     assert all(int(rate.replace(",", "")) > 0 for rate in rows.values())
-    assert re.search(r"^AsyncVectorEnv\s+[\d,]+\s+1\.00$", result.stdout, re.MULTILINE), result
+    assert re.search(r"^\s+env-steps/s\s+x Sync\s+x Async$", result.stdout, re.MULTILINE), result
+    assert re.search(r"^SyncVectorEnv\s+[\d,]+\s+1\.00\s+[\d.]+$", result.stdout, re.MULTILINE), result
+    assert re.search(r"^AsyncVectorEnv\s+[\d,]+\s+[\d.]+\s+1\.00$", result.stdout, re.MULTILINE), result
+    assert re.search(r"^verdict: .+$", result.stdout, re.MULTILINE), result
+    assert "3 x tests.envs:make_cartpole, 100 steps" in result.stdout, result  # the factory, not --env's default
     assert "bench" in result.stderr  # the progress bar
 
 

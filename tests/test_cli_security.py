@@ -9,14 +9,16 @@ import re
 import secrets
 import stat
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 import zmq
 import zmq.auth
 
-from gym_remote.security import create_key_files
+from gym_remote.security import create_key_files, keys_from_secret, read_secret_file
 from tests import helpers
+from tests.conftest import REPO_ROOT
 from tests.helpers import LoggedProcess, cli_client, free_tcp_address, wait_for_listening, wait_until
 
 finished = functools.partial(helpers.finished, timeout=30)  # these commands end quickly
@@ -112,6 +114,25 @@ def test_keygen_rejects_a_bad_name(run, tmp_path, name):
     assert_clean_failure(result, 2, "gym-remote: error:", "plain file name")
     assert not directory.exists()
     assert not (tmp_path / "evil.key").exists()
+
+
+def test_the_readmes_secret_recipe_makes_a_file_only_its_owner_reads(run, tmp_path):
+    readme = (REPO_ROOT / "README.md").read_text()
+    recipe = re.search(r"Make it long and random, in a file only you can read:\s*`gym-remote ([^`]+)`", readme)
+    assert recipe, "the README's recipe for a secret file"
+    made = finished(run, *recipe.group(1).split(), cwd=str(tmp_path), via="script")
+    assert made.process.returncode == 0, made
+    path = tmp_path / recipe.group(1).split()[-1]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    secret = path.read_text()
+    assert secret.endswith("\n") and len(secret.strip()) >= 43
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither "readable by other users" nor "short"
+        assert read_secret_file(path) == secret.strip()
+        keys_from_secret(secret.strip())
+    again = finished(run, *recipe.group(1).split(), cwd=str(tmp_path))
+    assert_clean_failure(again, 1, "gym-remote: error:", "exists already")
+    assert path.read_text() == secret
 
 
 # -- serve and client with keys ----------------------------------------------------------------------

@@ -64,6 +64,8 @@ def test_the_command_line_writes_a_json_report_and_exits_by_the_result(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "5 of 5 checks passed" in done.stdout
     report = json.loads(path.read_text())
+    for check in report["checks"]:  # each check's line once, as it ran
+        assert done.stdout.count(f"{check['group']}: {check['name']} (") == 1, done.stdout
     assert report["passed"] is True and len(report["checks"]) == 5
     assert all(check["group"] == "security" for check in report["checks"])
 

@@ -47,10 +47,12 @@ class Report:
     def failures(self) -> list[CheckResult]:
         return [result for result in self.results if not result.passed]
 
-    def text(self) -> str:
-        """A report a person reads: one line per check, then each failure's message and the client's output."""
+    def text(self, check_lines: bool = True) -> str:
+        """A report a person reads: one line per check (unless ``check_lines`` is false: they were shown as the
+        checks ran), then each failure's message and the client's output."""
         lines = [f"conformance of: {' '.join(self.command)}"]
-        lines.extend(f"  {result.line()}" for result in self.results)
+        if check_lines:
+            lines.extend(f"  {result.line()}" for result in self.results)
         for result in self.failures():
             lines.append("")
             lines.append(f"FAIL {result.group}: {result.name}")
