@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import warnings
@@ -74,9 +75,10 @@ class RemoteVectorEnv(VectorEnv):
         observation_space, action_space: single spaces for the server form; default: those of the
             first client that joins.
         timeout: seconds to wait for a live client's answer to a reset, step or call (a slow env is
-            waited for this long; a dead or unreachable client is noticed within ``liveness_timeout``).
+            waited for this long; a dead or unreachable client is noticed within ``liveness_timeout``);
+            ``None`` (or ``math.inf``): without limit.
         connect_timeout: seconds to wait for clients to serve empty slots: at start-up, in :meth:`reset`,
-            and in :meth:`step` for the replacement of a lost client.
+            and in :meth:`step` for the replacement of a lost client; ``None`` (or ``math.inf``): without limit.
         liveness_timeout: seconds without a sign of life on a client's connection (ZeroMQ heartbeats,
             answered whatever its envs are doing) before the client is declared lost.
         max_restarts: times in a row a local client's process may die without serving a step before
@@ -169,8 +171,8 @@ class RemoteVectorEnv(VectorEnv):
         num_clients: int | None = None,
         observation_space: gym.Space | None = None,
         action_space: gym.Space | None = None,
-        timeout: float = 300.0,
-        connect_timeout: float = 60.0,
+        timeout: float | None = 300.0,
+        connect_timeout: float | None = 60.0,
         liveness_timeout: float = 10.0,
         max_restarts: int = 3,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -222,8 +224,8 @@ class RemoteVectorEnv(VectorEnv):
         self.batch_size = _checked_batch_size(batch_size, self.num_envs, self.autoreset_mode)
         if env_fns is not None and launcher is not None:
             raise ValueError("give env_fns (local client processes) or a launcher, not both")
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
+        self.timeout = _duration(timeout, "timeout")
+        self.connect_timeout = _duration(connect_timeout, "connect_timeout")
         self.metadata = {"autoreset_mode": self.autoreset_mode}
         self.render_mode = None
 
@@ -1229,6 +1231,15 @@ def _security_options(security: SecurityOptions | None, given: SecurityOptions) 
     if given != SecurityOptions():
         raise ValueError("give the security options as security=SecurityOptions(...) or as keyword arguments, not both")
     return security
+
+
+def _duration(value: float | None, name: str) -> float:
+    """A timeout in seconds; None means without limit (``math.inf``)."""
+    if value is None:
+        return math.inf
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds (or None for no limit), got {value!r}")
+    return float(value)
 
 
 def _checked_observation_mode(observation_mode: Any) -> Any:
