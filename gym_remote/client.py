@@ -438,6 +438,7 @@ class EnvClient:
         self.liveness_timeout = liveness_timeout
         self.allow_pickle = allow_pickle
         self._security = client_security(server_key, client_key, secret)
+        self._security_from_secret = secret is not None
         if self._security is None and not insecure and not is_local_endpoint(address):
             logger.warning(
                 "client %s: connecting to %s without authentication or encryption; anyone on the network path "
@@ -578,11 +579,15 @@ class EnvClient:
             elif event is ConnectionEvent.HANDSHAKE_CUT:
                 self._cut_handshakes += 1
                 if self._cut_handshakes >= HANDSHAKE_FAILURES:
-                    hint = (
-                        "is server_key the server's public key (or the secret the server's)?"
-                        if self._security is not None
-                        else "the server probably requires authentication (server_key and client_key, or secret)"
-                    )
+                    if self._security is None:
+                        hint = (
+                            "the server probably requires authentication: give server_key and client_key "
+                            "(--server-key/--client-key), or secret (--secret-file)"
+                        )
+                    elif self._security_from_secret:
+                        hint = "does this client hold the server's secret (--secret-file, secret)?"
+                    else:
+                        hint = "is server_key (--server-key) the server's public key, its NAME.key file?"
                     raise JoinRefusedError(
                         f"client {self.name}: the server at {self.address} cut off the ZeroMQ handshake "
                         f"{self._cut_handshakes} times in a row: {hint}",

@@ -205,9 +205,13 @@ def test_serve_and_client_with_a_secret_file(run, reaper, tmp_path):
 
     wrong = cli_client(reaper, tmp_path, "wrong", address, *client_args, "--secret-file", str(wrong_file))
     wrong.wait(30)
-    assert_clean_failure(wrong, 1, "handshake", "server_key")
+    assert_clean_failure(wrong, 1, "handshake", "does this client hold the server's secret (--secret-file")
     assert "can be read by other users" in wrong.stderr and "chmod 600" in wrong.stderr, wrong
+    assert "dropped before a WELCOME" not in wrong.stderr, wrong
     assert server.process.poll() is None, server
+    assert "refused a connection from 127.0.0.1: its CURVE handshake failed: the client holds another secret" in (
+        server.stderr
+    ), server
 
     good = cli_client(reaper, tmp_path, "good", address, *client_args, "--secret-file", str(secret_file))
     assert server.wait(60) == 0, server

@@ -36,6 +36,7 @@ from gym_remote.security import (
     ServerSecurity,
     client_security,
     create_key_files,
+    handshake_failure_reason,
     is_local_endpoint,
     keys_from_secret,
     load_key,
@@ -738,6 +739,21 @@ def test_gatekeeper_reads_a_key_added_while_it_runs(rigs, curve):
     assert rig.router.recv_multipart(copy=False)[-1].get("User-Id") == "bob"
 
 
+def test_a_peer_with_another_servers_key_is_counted_and_logged_with_its_address(rigs, curve, caplog):
+    rig = Rig(_tcp(), AuthorizedKeys([curve.clients]), curve.server, max_connections=10)
+    rigs.append(rig)
+    wrong_server = KeyPair.generate()  # as a client holding another secret derives it
+    with caplog.at_level(logging.WARNING, logger="gym_remote"):
+        peer = rig.connect(curve.alice, wrong_server.public)
+        assert peer.outcome() != SUCCEEDED
+        reason = handshake_failure_reason(zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+        wait_until(lambda: rig.stats()["handshakes_denied"].get(reason, 0) >= 1, 10, "the failure to be counted")
+    assert rig.stats()["handshakes_accepted"] == 0
+    assert any(f"refused a connection from 127.0.0.1: {reason}" in record.getMessage() for record in caplog.records), [
+        record.getMessage() for record in caplog.records
+    ]
+
+
 @pytest.mark.parametrize("server_uses_curve", [True, False], ids=["plain-peer-curve-server", "curve-peer-plain-server"])
 def test_mechanism_mismatch_is_cut_off_before_the_gatekeeper(rigs, curve, server_uses_curve):
     authorized = AuthorizedKeys([curve.clients])
@@ -755,7 +771,10 @@ def test_mechanism_mismatch_is_cut_off_before_the_gatekeeper(rigs, curve, server
         outcome is not None and outcome[0] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     ), outcome
     time.sleep(0.1)
-    assert rig.decided() == 0  # no ZAP request: the greeting already failed
+    stats = rig.stats()  # no ZAP request (the greeting already failed), but the failure is counted
+    assert stats["handshakes_accepted"] == 0, stats
+    mismatch = handshake_failure_reason(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+    assert set(stats["handshakes_denied"]) <= {mismatch}, stats
 
 
 def test_gatekeeper_accepts_plain_peers_when_it_has_no_keys(rigs, tmp_path):

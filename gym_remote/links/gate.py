@@ -10,6 +10,8 @@ the thread to stop. What to answer is the policy's; this module only moves the m
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from typing import Any
@@ -30,7 +32,7 @@ __all__ = ["Gatekeeper", "ZAP_ENDPOINT"]
 logger = logging.getLogger(__name__)
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
-_CONNECTION_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+_CONNECTION_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 
 GATEKEEPER_POLL_MS = 200
 """The gatekeeper thread's longest wait in ZeroMQ: it holds its sockets' lock no longer than this."""
@@ -80,6 +82,10 @@ class Gatekeeper:
             self._zap.close()
             raise
         self._monitor: zmq.Socket | None = None
+        # The peers of connections still in their handshake (by descriptor), and the failures of handshakes
+        # whose connection has not closed yet: libzmq reports a failure, then closes that connection.
+        self._handshaking: dict[int, tuple[str, float]] = {}
+        self._failures: list[int] = []
         self._wake = context.socket(zmq.PAIR)  # close() wakes the thread through it
         self._wake.setsockopt(zmq.LINGER, 0)
         self._wake.bind(f"inproc://gym-remote-gatekeeper-wake-{id(self):x}")
@@ -202,7 +208,31 @@ class Gatekeeper:
                 event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 return
-            if event["event"] == zmq.EVENT_ACCEPTED:
-                self.policy.connection_opened(event["value"])
-            elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self.policy.connection_closed(event["value"])
+            kind, value = event["event"], event["value"]
+            if kind == zmq.EVENT_ACCEPTED:
+                self.policy.connection_opened(value)
+                self._handshaking[value] = (_peer_of(value), time.monotonic())
+                self._forget_old_handshakes()
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                self._failures.append(value)
+            elif kind == zmq.EVENT_DISCONNECTED:
+                self.policy.connection_closed(value)
+                peer, _ = self._handshaking.pop(value, (None, 0.0))
+                if self._failures:
+                    self.policy.handshake_failed(peer, self._failures.pop(0))
+
+    def _forget_old_handshakes(self) -> None:
+        """Drop the peers of connections older than a handshake may last (they finished it, or were cut off)."""
+        if len(self._handshaking) > 64:
+            cutoff = time.monotonic() - 2 * HANDSHAKE_SECONDS
+            self._handshaking = {fd: seen for fd, seen in self._handshaking.items() if seen[1] > cutoff}
+
+
+def _peer_of(descriptor: int) -> str:
+    """The network address of the peer on a connection's socket descriptor ("" for ipc or if it is gone)."""
+    try:
+        with socket.socket(fileno=os.dup(descriptor)) as connection:
+            name = connection.getpeername()
+    except OSError:
+        return ""
+    return name[0] if isinstance(name, tuple) else ""
