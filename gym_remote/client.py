@@ -42,6 +42,7 @@ from gym_remote.links.connection import (
     new_context,
     terminate,
 )
+from gym_remote.links.reach import why_unreachable
 from gym_remote.protocol import FLAG_VALUE, HAS_ATTR_QUERY, NO_OPTIONS, WRAPPERS_QUERY, Kind, format_slots, kind_name
 from gym_remote.security import KeySource, check_endpoint, client_security, is_local_endpoint
 from gym_remote.spin import SpinGate
@@ -66,6 +67,12 @@ drops a message an interrupt of its call cut short while it was read. The wait d
 
 MAX_HELLO_REPEAT_SECONDS = 32.0
 """The longest wait between two repeats of an unanswered HELLO."""
+
+UNREACHABLE_CHECK_SECONDS = 3.0
+"""How long a client waits for a server's handshake before it finds out why none comes (and says it)."""
+
+UNREACHABLE_RECHECK_SECONDS = 30.0
+"""How often it looks again while the server stays unreachable (it speaks again only if the cause changed)."""
 
 HANDSHAKE_FAILURES = 3
 """Security handshakes the server cuts off in a row (the sign of a wrong server key) before giving up."""
@@ -442,7 +449,8 @@ class EnvClient:
         if self._security is None and not insecure and not is_local_endpoint(address):
             logger.warning(
                 "client %s: connecting to %s without authentication or encryption; anyone on the network path "
-                "can read and change the traffic (see server_key/client_key or secret)",
+                "can read and change the traffic (see server_key/client_key or secret: --server-key/--client-key "
+                "or --secret-file; --insecure if that is what you want)",
                 self.name,
                 address,
             )
@@ -463,6 +471,7 @@ class EnvClient:
         self._connection: ServerConnection | None = None  # this session's links to the server
         self._connected = False  # this session's ZeroMQ handshake succeeded
         self._told_no_data_channel = False
+        self._unreachable = ""  # why no server answered at the address, when last looked
         self._spin = SpinGate(spin)
         self._reply_slab: _ReplySlab | None = None  # this membership's slab for RESULTs, if it has one
 
@@ -766,16 +775,29 @@ class EnvClient:
             JoinRefusedError: the server turned the handshake down for good.
             RemoteTimeoutError: no server answered before ``deadline`` (or the client was stopped).
         """
+        check_at = time.monotonic() + UNREACHABLE_CHECK_SECONDS
         while not self._connected:
             if self._connection_dropped() and not self._connected:
                 self._connect(linger=0)  # libzmq gave up on the old socket's connection
             if self._connected:
+                self._unreachable = ""
                 return
+            if time.monotonic() >= check_at and not self._denied_for_now:
+                self._tell_why_unreachable(deadline)
+                check_at = time.monotonic() + UNREACHABLE_RECHECK_SECONDS
             if self._stop.is_set():
                 raise RemoteTimeoutError(f"client {self.name}: stopped before it joined the server at {self.address}")
             if deadline is not None and time.monotonic() > deadline:
                 raise self._no_answer()
             self._receive(0.05)  # wakes on the connection's events too
+
+    def _tell_why_unreachable(self, deadline: float | None) -> None:
+        """Find out why no server answers (a plain connection attempt) and say it, once per different cause."""
+        reason = why_unreachable(self.address)
+        if reason and reason != self._unreachable:
+            left = "until stopped" if deadline is None else f"for up to {max(0.0, deadline - time.monotonic()):.0f} s"
+            logger.warning("client %s: no server at %s yet: %s; trying again %s", self.name, self.address, reason, left)
+        self._unreachable = reason
 
     def _take_data_channel(
         self, taken: bool, shared_memory: bool, slabs: tuple[list[int], list[int]] | None = None
@@ -808,9 +830,10 @@ class EnvClient:
                 f"client {self.name}: the server at {self.address} kept refusing new connections (too many open "
                 "connections, or too many handshakes from this address) until the connect timeout"
             )
+        unreachable = (self._unreachable or why_unreachable(self.address)) if not self._connected else ""
+        why = f": {unreachable}" if unreachable else " (is the address right, and is the server running?)"
         return RemoteTimeoutError(
-            f"client {self.name}: no answer from a server at {self.address} within "
-            f"{self._join_timeout:g} s (is the address right, and is the server running?)"
+            f"client {self.name}: no answer from a server at {self.address} within {self._join_timeout:g} s{why}"
         )
 
     def _hello(self, hosted: HostedEnvs) -> dict[str, Any]:

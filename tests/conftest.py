@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -201,6 +202,35 @@ def stack():
     """An ExitStack: teardown in reverse order of registration (servers close before their clients stop)."""
     with contextlib.ExitStack() as exit_stack:
         yield exit_stack
+
+
+@pytest.fixture
+def other_host():
+    """A network namespace ("another host") joined to this one by a veth pair on a private /29 with no
+    default route: this side 10.213.7.1, the other 10.213.7.2 (no host has the others: 10.213.7.3 is an
+    unused address). Torn down after the test."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 to make a network namespace")
+    name, here, there = f"gr-host-{os.getpid()}", f"grh{os.getpid() % 100000}", f"grp{os.getpid() % 100000}"
+    commands = [
+        ["ip", "netns", "add", name],
+        ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
+        ["ip", "link", "set", there, "netns", name],
+        ["ip", "addr", "add", "10.213.7.1/29", "dev", here],
+        ["ip", "link", "set", here, "up"],
+        ["ip", "netns", "exec", name, "ip", "addr", "add", "10.213.7.2/29", "dev", there],
+        ["ip", "netns", "exec", name, "ip", "link", "set", there, "up"],
+        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"],
+    ]
+    try:
+        for command in commands:
+            subprocess.run(command, check=True, capture_output=True, timeout=10)
+        yield name
+    except subprocess.CalledProcessError as error:
+        pytest.skip(f"cannot make a network namespace: {error.stderr.decode(errors='replace').strip()}")
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
 
 
 CPP_CLIENT_SOURCE = REPO_ROOT / "clients" / "cpp"

@@ -155,6 +155,25 @@ def test_the_log_level_is_taken_before_or_after_the_subcommand(run, args):
     assert " INFO " not in result.stderr, result  # a client's default level is INFO
 
 
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("FREE_PORT", "nothing listens on port"),
+        ("tcp://no-such-host.invalid:5555", "cannot resolve the host name 'no-such-host.invalid'"),
+        ("ipc:///nonexistent-dir/gym-remote", "no server socket at /nonexistent-dir/gym-remote"),
+    ],
+)
+def test_a_client_says_why_no_server_answers_while_it_waits_and_when_it_gives_up(run, address, reason):
+    address = free_tcp_address() if address == "FREE_PORT" else address
+    args = ["client", address, "--env", "CartPole-v1", "--connect-timeout", "6", "--no-reconnect", "--insecure"]
+    result = finished(run, *args, timeout=30)
+    assert result.process.returncode == 1, result
+    warning = re.search(rf"WARNING client \S+: no server at {re.escape(address)} yet: (.*); trying again", result.stderr)
+    assert warning and warning.group(1).startswith(reason), result  # said while it still waits
+    assert re.search(rf"^gym-remote: error: .* within 6 s: {re.escape(reason)}", result.stderr, re.MULTILINE), result
+    assert "Traceback" not in result.stderr and "without authentication" not in result.stderr, result
+
+
 def test_bench_verdicts_name_the_fastest():
     from gym_remote.cli import bench_verdict
 

@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import select
-import shutil
 import signal
 import socket
 import struct
@@ -450,34 +449,6 @@ def test_an_oversized_frame_on_a_channel_loses_only_its_sender(stack, thread_cli
 
 
 # -- another host ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def other_host():
-    """A network namespace ("another host") joined to this one by a veth pair on a private /30 with no
-    default route: this side 10.213.7.1, the other 10.213.7.2. Torn down after the test."""
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("needs root and iproute2 to make a network namespace")
-    name, here, there = f"gr-host-{os.getpid()}", f"grh{os.getpid() % 100000}", f"grp{os.getpid() % 100000}"
-    commands = [
-        ["ip", "netns", "add", name],
-        ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
-        ["ip", "link", "set", there, "netns", name],
-        ["ip", "addr", "add", "10.213.7.1/30", "dev", here],
-        ["ip", "link", "set", here, "up"],
-        ["ip", "netns", "exec", name, "ip", "addr", "add", "10.213.7.2/30", "dev", there],
-        ["ip", "netns", "exec", name, "ip", "link", "set", there, "up"],
-        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"],
-    ]
-    try:
-        for command in commands:
-            subprocess.run(command, check=True, capture_output=True, timeout=10)
-        yield name
-    except subprocess.CalledProcessError as error:
-        pytest.skip(f"cannot make a network namespace: {error.stderr.decode(errors='replace').strip()}")
-    finally:
-        subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=10)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
 
 
 def test_a_client_on_another_host_is_served_over_zeromq(stack, reaper, tmp_path, other_host):
