@@ -513,8 +513,9 @@ def _run_serve(args: argparse.Namespace) -> int:
     if args.env_kwargs:
         source += f" --env-kwargs '{json.dumps(args.env_kwargs)}'"
     try:
+        elsewhere = "" if len(envs.addresses) == 1 else f" (also at {', '.join(envs.addresses[1:])})"
         print(
-            f"listening on {envs.address} for {envs.num_envs} envs; start clients with:\n"
+            f"listening on {envs.address}{elsewhere} for {envs.num_envs} envs; start clients with:\n"
             f"  gym-remote client {envs.address} {source} --num-envs N{credentials}",
             flush=True,
         )

@@ -439,15 +439,6 @@ def check_endpoint(endpoint: str, what: str, *, binding: bool = False) -> None:
 # -- the gate's policy --------------------------------------------------------------------------------
 
 
-def handshake_failure_reason(code: int) -> str:
-    """What a server says of a handshake that failed with libzmq's protocol error ``code``."""
-    if code == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
-        return "its CURVE handshake failed: the client holds another secret, or a wrong server key"
-    if code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
-        return "it has no keys or secret, and this server requires them"
-    return f"its ZeroMQ handshake failed (protocol error {code:#x})"
-
-
 DENIAL_LOG_SECONDS = 5.0
 """A denial is logged at most this often per reason, so that a flood cannot flood the log too."""
 
@@ -491,10 +482,9 @@ class GatePolicy:
         with self._lock:
             self._open.discard(connection)
 
-    def handshake_failed(self, peer: str | None, code: int) -> None:
-        """A connection's ZeroMQ handshake failed before any ZAP request (libzmq's protocol error ``code``): with
-        a secret or keys, the commonest cause is a client holding another secret or the wrong server key."""
-        reason = handshake_failure_reason(code)
+    def handshake_failed(self, peer: str | None, reason: str) -> None:
+        """A connection's ZeroMQ handshake failed before any ZAP request, for ``reason`` (in words): with a secret
+        or keys, the commonest cause is a client holding another secret or the wrong server key."""
         with self._lock:
             self._counts[reason] += 1
         self._log_denial(peer or "", reason)

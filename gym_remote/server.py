@@ -44,6 +44,7 @@ from gym_remote.links import Arrival, Broken, CutShort, LinkBroken, Message
 from gym_remote.links.channel import Channel, Listener, address_for
 from gym_remote.links.gate import Gatekeeper
 from gym_remote.links.mux import Multiplexer, arrival
+from gym_remote.links.reach import reachable_endpoints
 from gym_remote.links.zeromq import Route, Router, new_context, terminate
 from gym_remote.membership import (
     Admit,
@@ -278,11 +279,13 @@ class SlotServer:
             terminate(self.context)
             raise
         self.gatekeeper.start()
-        self.address = _connectable(self.router.bound)
+        self.addresses = reachable_endpoints(self.router.bound)
+        self.address = self.addresses[0]  # the one to give to clients
         listener = None
         if data_plane:
             try:
-                listener = Listener(address_for(self.address), max_frame_bytes=self.max_message_bytes)
+                names = [address_for(address) for address in self.addresses]
+                listener = Listener(names, max_frame_bytes=self.max_message_bytes)
             except OSError as error:  # e.g. the name is taken: another server binds this endpoint too
                 logger.warning(
                     "no same-host data plane for %s (every message goes over ZeroMQ): %s", self.address, error
@@ -292,7 +295,7 @@ class SlotServer:
         logger.info(
             "server %s listening on %s for %d slots (%s)",
             name,
-            self.address,
+            self.address if len(self.addresses) == 1 else f"{self.router.bound} ({', '.join(self.addresses)})",
             num_envs,
             f"CURVE, {security.how}" if security is not None else "no authentication",
         )
@@ -642,6 +645,7 @@ class SlotServer:
         """The gate's view: security, connections open, handshakes accepted and denied, clients in line."""
         return {
             "address": self.address,
+            "addresses": list(self.addresses),
             "security": f"CURVE ({self.security.how})" if self.security is not None else "none",
             **self.gatekeeper.stats(),
             "clients": len(self.members.clients),
@@ -1178,11 +1182,3 @@ _HELLO = int(Kind.HELLO)
 
 def _error_message(text: str) -> list[Any]:
     return protocol.message(Kind.ERROR, {"type": "ProtocolError", "message": text, "traceback": "", "index": None})
-
-
-def _connectable(endpoint: str) -> str:
-    """An endpoint a client can connect to (a wildcard bind address becomes the loopback address)."""
-    for wildcard in ("tcp://0.0.0.0:", "tcp://[::]:"):
-        if endpoint.startswith(wildcard):
-            return "tcp://127.0.0.1:" + endpoint[len(wildcard) :]
-    return endpoint

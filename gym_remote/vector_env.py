@@ -323,7 +323,9 @@ class RemoteVectorEnv(VectorEnv):
     def _start_launcher(self, allow_pickle: bool | None, security: ClientSecurity | None) -> None:
         """Start the launcher's clients; wait for those it launches with reserved slots (slot 0 brings the spaces)."""
         server, launcher = self._server, self._launcher
-        launcher.start(server.address, allow_pickle=allow_pickle is not False, security=security)
+        # clients on this machine reach a server bound to every interface through loopback; others at its address
+        address = server.addresses[-1] if launcher.local_processes else server.address
+        launcher.start(address, allow_pickle=allow_pickle is not False, security=security)
         reserved = [
             slot for launch in launcher.launches for slot in range(launch.first_slot, launch.first_slot + launch.count)
         ]
@@ -431,8 +433,15 @@ class RemoteVectorEnv(VectorEnv):
 
     @property
     def address(self) -> str:
-        """The endpoint clients connect to, e.g. ``"tcp://127.0.0.1:40123"``."""
+        """The endpoint clients connect to, e.g. ``"tcp://127.0.0.1:40123"``; for a server bound to every
+        interface (``tcp://0.0.0.0:5555``), the one at this host's main address (see :attr:`addresses`)."""
         return self._server.address
+
+    @property
+    def addresses(self) -> list[str]:
+        """Every endpoint clients may connect to: one per address of this host for a server bound to every
+        interface (the address of its default route first, loopback last), else only :attr:`address`."""
+        return list(self._server.addresses)
 
     @property
     def launcher(self) -> Launcher | None:

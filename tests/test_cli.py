@@ -168,7 +168,8 @@ def test_a_client_says_why_no_server_answers_while_it_waits_and_when_it_gives_up
     args = ["client", address, "--env", "CartPole-v1", "--connect-timeout", "6", "--no-reconnect", "--insecure"]
     result = finished(run, *args, timeout=30)
     assert result.process.returncode == 1, result
-    warning = re.search(rf"WARNING client \S+: no server at {re.escape(address)} yet: (.*); trying again", result.stderr)
+    said = rf"WARNING client \S+: no server at {re.escape(address)} yet: (.*); trying again"
+    warning = re.search(said, result.stderr)
     assert warning and warning.group(1).startswith(reason), result  # said while it still waits
     assert re.search(rf"^gym-remote: error: .* within 6 s: {re.escape(reason)}", result.stderr, re.MULTILINE), result
     assert "Traceback" not in result.stderr and "without authentication" not in result.stderr, result

@@ -25,7 +25,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 import gym_remote.security as security
 from gym_remote import RemoteVectorEnv
-from gym_remote.links.gate import ZAP_ENDPOINT, Gatekeeper
+from gym_remote.links.gate import ZAP_ENDPOINT, Gatekeeper, handshake_failure_reason
 from gym_remote.links.zeromq import use_curve
 from gym_remote.security import (
     AuthorizedKeys,
@@ -36,7 +36,6 @@ from gym_remote.security import (
     ServerSecurity,
     client_security,
     create_key_files,
-    handshake_failure_reason,
     is_local_endpoint,
     keys_from_secret,
     load_key,

@@ -849,17 +849,23 @@ class Listener:
     from the same process, claims it (:meth:`take`).
     """
 
-    def __init__(self, name: bytes, *, max_frame_bytes: int) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def __init__(self, name: bytes | Sequence[bytes], *, max_frame_bytes: int) -> None:
+        names = [name] if isinstance(name, bytes) else list(dict.fromkeys(name))
+        socks: list[socket.socket] = []
         try:
-            sock.bind(name)
-            sock.listen(socket.SOMAXCONN)
-            sock.setblocking(False)
+            for each in names:  # one listening socket per name a client on this host may derive (§13.1)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.bind(each)
+                sock.listen(socket.SOMAXCONN)
+                sock.setblocking(False)
         except BaseException:
-            sock.close()
+            for sock in socks:
+                sock.close()
             raise
-        self.name = name
-        self.sock = sock
+        self.name = names[0]
+        self.names = names
+        self.socks = socks
         self.max_frame_bytes = max_frame_bytes
         self.uid = os.getuid()
         self._accepted: deque[socket.SocketType] = deque()  # accepted, not pending or refused yet (see _accept)
@@ -874,7 +880,7 @@ class Listener:
         """What the multiplexer waits on for this listener (reading): the listening socket, and each
         connection whose greeting is still to come."""
         waiting = (fd for fd, pending in self._pending.items() if len(pending.greeting) < GREETING_SIZE)
-        return [self.sock.fileno(), *waiting]
+        return [*(sock.fileno() for sock in self.socks), *waiting]
 
     @property
     def has_pending(self) -> bool:
@@ -929,11 +935,17 @@ class Listener:
             pending.close()
         self._pending.clear()
         self._greeted.clear()
-        self.sock.close()
+        for sock in self.socks:
+            sock.close()
 
     forget_in_child = close
 
     def _accept(self, now: float) -> None:
+        """Accept what waits on each listening socket (see :meth:`_accept_from`)."""
+        for listening in self.socks:
+            self._accept_from(listening, now)
+
+    def _accept_from(self, listening: socket.socket, now: float) -> None:
         """Accept what waits. Each connection is stored (wrapped in a socket object, in one C call that an
         interrupt cannot split) before anything is made of it, and leaves the store only once it is pending or
         refused: a call cut short finds it there again."""
@@ -941,7 +953,7 @@ class Listener:
         while True:
             if not accepted:
                 try:
-                    descriptors = map(_FIRST, itertools.starmap(self.sock._accept, _NO_ARGUMENTS))
+                    descriptors = map(_FIRST, itertools.starmap(listening._accept, _NO_ARGUMENTS))
                     accepted.extend(map(_SOCKET_OF_DESCRIPTOR, descriptors))
                 except (BlockingIOError, InterruptedError):
                     return

@@ -27,7 +27,7 @@ from gym_remote.security import (
     GatePolicy,
 )
 
-__all__ = ["Gatekeeper", "ZAP_ENDPOINT"]
+__all__ = ["Gatekeeper", "ZAP_ENDPOINT", "handshake_failure_reason"]
 
 logger = logging.getLogger(__name__)
 
@@ -219,13 +219,22 @@ class Gatekeeper:
                 self.policy.connection_closed(value)
                 peer, _ = self._handshaking.pop(value, (None, 0.0))
                 if self._failures:
-                    self.policy.handshake_failed(peer, self._failures.pop(0))
+                    self.policy.handshake_failed(peer, handshake_failure_reason(self._failures.pop(0)))
 
     def _forget_old_handshakes(self) -> None:
         """Drop the peers of connections older than a handshake may last (they finished it, or were cut off)."""
         if len(self._handshaking) > 64:
             cutoff = time.monotonic() - 2 * HANDSHAKE_SECONDS
             self._handshaking = {fd: seen for fd, seen in self._handshaking.items() if seen[1] > cutoff}
+
+
+def handshake_failure_reason(code: int) -> str:
+    """What a server says of a handshake that failed with libzmq's protocol error ``code``."""
+    if code == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+        return "its CURVE handshake failed: the client holds another secret, or a wrong server key"
+    if code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        return "it has no keys or secret, and this server requires them"
+    return f"its ZeroMQ handshake failed (protocol error {code:#x})"
 
 
 def _peer_of(descriptor: int) -> str:

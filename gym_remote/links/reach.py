@@ -1,4 +1,8 @@
-"""Why a server's address does not answer: what a client tells its user while no ZeroMQ handshake comes.
+"""Where a server can be reached, and why its address does not answer.
+
+A server bound to every interface (``tcp://0.0.0.0:5555``) is reached at its host's addresses:
+:func:`host_addresses` lists them, :func:`reachable_endpoints` turns a bound endpoint into the endpoints a
+client may use (the first is the one to advertise).
 
 libzmq retries a connection in its I/O thread and says nothing about why it fails, so a wrong port, a
 machine that is down and a host name that does not resolve all look the same from the socket. A plain
@@ -13,9 +17,59 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import struct
+import sys
 from urllib.parse import urlsplit
 
-__all__ = ["why_unreachable"]
+__all__ = ["why_unreachable", "host_addresses", "reachable_endpoints"]
+
+_WILDCARDS = ("tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:")
+_LOOPBACK = "127.0.0.1"
+
+
+def host_addresses() -> list[str]:
+    """This host's IPv4 addresses (in this network namespace): the default route's interface first, then the
+    other interfaces in their order, loopback last. Only loopback where the interfaces cannot be listed."""
+    found: list[str] = []
+    if sys.platform.startswith("linux"):
+        import fcntl
+
+        default = _default_route_interface()
+        names = [name for _, name in socket.if_nameindex()]
+        names.sort(key=lambda name: name != default)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            for name in names:
+                try:  # SIOCGIFADDR: the interface's IPv4 address
+                    packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+                except OSError:
+                    continue  # no IPv4 address, or down
+                address = socket.inet_ntoa(packed[20:24])
+                if not address.startswith("127.") and address not in found:
+                    found.append(address)
+    return [*found, _LOOPBACK]
+
+
+def reachable_endpoints(bound: str) -> list[str]:
+    """The endpoints a client may connect to for a server bound to ``bound``, the one to advertise first: for a
+    wildcard bind, one per address of this host (:func:`host_addresses`); else ``bound`` itself."""
+    for wildcard in _WILDCARDS:
+        if bound.startswith(wildcard):
+            port = bound[len(wildcard) :]
+            return [f"tcp://{address}:{port}" for address in host_addresses()]
+    return [bound]
+
+
+def _default_route_interface() -> str:
+    try:
+        with open("/proc/net/route", encoding="ascii") as routes:
+            for line in list(routes)[1:]:
+                fields = line.split()
+                if len(fields) > 1 and fields[1] == "00000000":
+                    return fields[0]
+    except OSError:
+        pass
+    return ""
+
 
 PROBE_SECONDS = 2.0
 """How long a probe waits for a TCP connection to be accepted or refused."""
