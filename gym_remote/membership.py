@@ -167,6 +167,7 @@ class Refuse:
     waiting: bool = False
     launch_index: int | None = None
     error: type[Exception] = RuntimeError
+    client: str = "a client"  # who, for logs: "client 'name' from host (pid N)"
 
 
 @dataclass
@@ -178,10 +179,14 @@ class _Waiter:
 
 
 class _Refusal(Exception):
-    def __init__(self, code: str, reason: str, error: type[Exception] = RuntimeError) -> None:
+    """Why a HELLO is refused: ``reason``, as the learner raises it for its own clients (of class ``error``), and
+    ``plain``, as any other client is told it (default: ``reason``)."""
+
+    def __init__(self, code: str, reason: str, error: type[Exception] = RuntimeError, plain: str = "") -> None:
         super().__init__(reason)
         self.code = code
         self.error = error
+        self.plain = plain or reason
 
 
 _MALFORMED = (ProtocolError, KeyError, TypeError, ValueError, OverflowError)
@@ -233,7 +238,8 @@ class Membership:
         self.empty_since = [time.monotonic()] * num_envs
         self.observation_space: gym.Space | None = None
         self.action_space: gym.Space | None = None
-        self.refusals: list[str] = []  # the last reasons a HELLO was refused for good
+        self.spaces_from = ""  # the name of the client whose spaces the vector took, if it took a client's
+        self.refusals: list[str] = []  # the last refusals for good: "'name': reason"
         self.reset_first = False  # told in WELCOME: new envs start as if their episode had ended
 
     # -- settings ----------------------------------------------------------------------------------
@@ -347,7 +353,7 @@ class Membership:
         except _Refusal as refusal:
             if refusal.code == "full" and hello.get("wait"):
                 return self._queue(identity, hello, peer, str(refusal))
-            return self._refuse_for_good(identity, hello, refusal.code, str(refusal), refusal.error)
+            return self._refuse_for_good(identity, hello, refusal.code, refusal, refusal.error)
         except _MALFORMED as error:
             return self._refuse_for_good(identity, None, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
 
@@ -361,7 +367,7 @@ class Membership:
         except _Refusal as refusal:
             if refusal.code == "full":
                 return None
-            return self._refuse_for_good(identity, waiter.hello, refusal.code, str(refusal), refusal.error)
+            return self._refuse_for_good(identity, waiter.hello, refusal.code, refusal, refusal.error)
         except _MALFORMED as error:
             return self._refuse_for_good(identity, None, "invalid", f"malformed HELLO: {type(error).__name__}: {error}")
 
@@ -370,6 +376,7 @@ class Membership:
         self.waiting.pop(client.identity, None)
         if self.observation_space is None:
             self.set_spaces(client.observation_spaces[0], client.action_spaces[0])
+            self.spaces_from = client.name
         self.clients[client.identity] = client
         self._slot_summary = None
         for slot in client.slots:
@@ -434,6 +441,14 @@ class Membership:
         now = time.monotonic()
         longest = max(now - self.empty_since[slot] for slot in empty)
         hint = f"; clients refused: {'; '.join(self.refusals[-3:])}" if self.refusals else ""
+        if self.waiting:
+            free = sum(slot is None and not reserved for slot, reserved in zip(self.slots, self._reserved))
+            waiters = ", ".join(
+                f"{str(waiter.hello.get('name', '?'))[:200]!r} ({waiter.hello.get('num_envs')} envs)"
+                for waiter in list(self.waiting.values())[:3]
+            )
+            more = f" and {len(self.waiting) - 3} more" if len(self.waiting) > 3 else ""
+            hint += f"; waiting in line for more free slots than the {free} there are: {waiters}{more}"
         return (
             f"timed out after {timeout:g} s waiting for clients to serve {what}: slots {format_slots(empty)} "
             f"have no client (empty for up to {longest:.1f} s); {self.served} of {self.num_envs} slots are "
@@ -450,19 +465,25 @@ class Membership:
                 )
             self.waiting[identity] = _Waiter(hello, peer)
             logger.info(
-                "no free slot for client %r; it waits in line (%d waiting)", hello.get("name"), len(self.waiting)
+                "%s waits in line at position %d: %s",
+                _who(hello),
+                len(self.waiting),
+                reason.removeprefix("no free slot: "),
             )
         position = list(self.waiting).index(identity) + 1
-        return Refuse("full", f"{reason}; waiting in line at position {position}", waiting=True)
+        return Refuse("full", f"{reason}; waiting in line at position {position}", waiting=True, client=_who(hello))
 
     def _refuse_for_good(
-        self, identity: bytes, hello: Any, code: str, reason: str, error: type[Exception] = RuntimeError
+        self, identity: bytes, hello: Any, code: str, reason: str | _Refusal, error: type[Exception] = RuntimeError
     ) -> Refuse:
+        """Refuse for good: a launched client with ``reason`` as the learner raises it, any other in plain words."""
         self.waiting.pop(identity, None)
-        self.refusals.append(reason)
-        del self.refusals[:-MAX_REFUSALS_KEPT]
         index = self.verified_launch(hello.get("launch")) if isinstance(hello, dict) else None
-        return Refuse(code, reason, launch_index=index, error=error)
+        if isinstance(reason, _Refusal):
+            reason = str(reason) if index is not None else reason.plain
+        self.refusals.append(f"{str(hello.get('name', '?'))[:200]!r}: {reason}" if isinstance(hello, dict) else reason)
+        del self.refusals[:-MAX_REFUSALS_KEPT]
+        return Refuse(code, reason, launch_index=index, error=error, client=_who(hello))
 
     def _admit(self, identity: bytes, hello: dict[str, Any], peer: Peer) -> ClientInfo:
         if type(hello.get("protocol")) is not int or hello["protocol"] != protocol.PROTOCOL_VERSION:
@@ -538,7 +559,28 @@ class Membership:
             )
             if mismatch is not None:
                 kind, reason = mismatch
-                raise _Refusal("spaces", f"{reason} (the client's env {index})", kind)
+                observation_fits = (
+                    space_mismatch(self.observation_mode, reference_obs, reference_act, obs_space, reference_act)
+                    is None
+                )
+                if observation_fits:
+                    what, theirs, ours, differs = "action space", act_space, reference_act, "differs from"
+                elif self.observation_mode == "same":
+                    what, theirs, ours, differs = "observation space", obs_space, reference_obs, "differs from"
+                elif kind is RuntimeError:  # shape or dtype
+                    what, theirs, ours = "observation space", obs_space, reference_obs
+                    differs = "does not share shape and dtype with"
+                else:  # what batch_differing_spaces raised
+                    what, theirs, ours = "observation space", obs_space, reference_obs
+                    differs = f"cannot be batched ({reason}) with"
+                origin = (
+                    f" (the vector took its spaces from the first client, {self.spaces_from!r}; give the server "
+                    "observation_space and action_space, or serve --env ENV_ID, to state them up front)"
+                    if self.spaces_from
+                    else ""
+                )
+                plain = f"the {what} of its env {index}, {theirs}, {differs} the vector's, {ours}{origin}"
+                raise _Refusal("spaces", f"{reason} (the client's env {index})", kind, plain)
 
     def _free_slots(self, count: int) -> list[int]:
         open_slots = int(np.count_nonzero(~self._reserved))
@@ -550,15 +592,24 @@ class Membership:
             )
         free = [slot for slot in range(self.num_envs) if self.slots[slot] is None and not self._reserved[slot]]
         if len(free) < count:
+            verb = "is" if len(free) == 1 else "are"
             raise _Refusal(
                 "full",
-                f"no free slot: the vector has {self.num_envs} slots and {len(free)} are free, "
+                f"no free slot: the vector has {self.num_envs} slots and {len(free)} {verb} free, "
                 f"this client offers {count} envs",
             )
         for start in range(len(free) - count + 1):  # prefer consecutive slots (received in place)
             if free[start + count - 1] - free[start] == count - 1:
                 return free[start : start + count]
         return free[:count]
+
+
+def _who(hello: Any) -> str:
+    """A client as logs name it before it joins: ``client 'name' from host (pid N)``."""
+    if not isinstance(hello, dict):
+        return "a client"
+    name, host = str(hello.get("name", "?"))[:200], str(hello.get("host", "?"))[:200]
+    return f"client {name!r} from {host} (pid {hello.get('pid', '?')})"
 
 
 def space_mismatch(

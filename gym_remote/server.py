@@ -1011,9 +1011,9 @@ class SlotServer:
             self._welcome_and_join(decision.client)
             return
         if decision.waiting:
-            logger.debug("client waits in line: %s", decision.reason)
+            logger.debug("%s waits in line: %s", decision.client, decision.reason)
         else:
-            logger.warning("refused a client: %s", decision.reason)
+            logger.warning("refused %s: %s", decision.client, decision.reason)
             self._drop_links(identity)
         answer = {"code": decision.code, "reason": decision.reason, "waiting": decision.waiting}
         if not self.router.try_send(identity, protocol.message(Kind.REFUSE, answer)) and decision.waiting:

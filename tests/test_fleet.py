@@ -12,7 +12,14 @@ import gymnasium as gym
 import pytest
 
 from gym_remote import RemoteVectorEnv
-from tests.helpers import GYM_REMOTE_SCRIPT, LoggedProcess, ThreadClient, wait_for_listening
+from tests.helpers import (
+    GYM_REMOTE_SCRIPT,
+    LoggedProcess,
+    ThreadClient,
+    free_tcp_address,
+    wait_for_listening,
+    wait_until,
+)
 
 
 def make_cartpole() -> gym.Env:
@@ -64,3 +71,35 @@ def test_a_server_bound_to_every_interface_advertises_its_hosts_address_and_serv
     assert planes.keys() == {"far", "near", "loop"}, str(server)
     assert planes["far"] == "ZeroMQ", str(server)
     assert planes["near"].startswith("its data channel") and planes["loop"].startswith("its data channel"), str(server)
+
+
+def test_serve_states_its_spaces_and_its_timeout_names_the_refused_and_the_waiting(run):
+    """``serve --env``: a client of another env is refused in plain words and shuts no one out; a client with more
+    envs than there are free slots waits in line, says so on both sides, and the learner's timeout names it and
+    the refusal."""
+    address = free_tcp_address()
+    serve = ["serve", "--bind", address, "--env", "CartPole-v1", "--num-envs", "3", "--connect-timeout", "10"]
+    server = run(*serve, "--steps", "300", "--no-progress", name="serve")
+    wait_for_listening(server)
+    assert f"gym-remote client {address} --env CartPole-v1 --num-envs N" in server.stdout, str(server)
+    client = ["client", address, "--connect-timeout", "30", "--name"]
+    wrong = run(*client, "wrong", "--env", "MountainCar-v0", name="wrong")
+    assert wrong.wait(30) == 1, str(wrong)
+    vector_space = str(gym.make("CartPole-v1").observation_space)
+    assert "the observation space of its env 0, Box(" in wrong.stderr, str(wrong)
+    assert f"differs from the vector's, {vector_space}" in wrong.stderr, str(wrong)
+    assert "observation_mode" not in wrong.stderr and "Traceback" not in wrong.stderr, str(wrong)
+    right = run(*client, "right", "--env", "CartPole-v1", "--num-envs", "2", name="right")
+    wait_until(lambda: "client 'right' (slots 0-1) joined" in server.stderr, 20, "the first client to join")
+    big = run(*client, "big", "--env", "CartPole-v1", "--num-envs", "2", name="big")
+    assert server.wait(40) == 1, str(server)
+    assert re.search(r"refused client 'wrong' from \S+ \(pid \d+\): the observation space of its env 0", server.stderr)
+    assert re.search(
+        r"client 'big' from \S+ \(pid \d+\) waits in line at position 1: the vector has 3 slots and 1 is free",
+        server.stderr,
+    )
+    assert "waiting in line at position 1" in big.stderr, str(big)
+    error = server.stderr[server.stderr.index("gym-remote: error:") :]
+    assert "slots 2 have no client" in error and "clients refused: 'wrong': the observation space" in error, error
+    assert "waiting in line for more free slots than the 1 there are: 'big' (2 envs)" in error, error
+    assert big.wait(15) == 0 and right.wait(15) == 0, str(big) + str(right)

@@ -146,14 +146,14 @@ def test_a_full_vector_refuses_a_client_that_does_not_wait():
     assert refusal.waiting is False
     assert "no free slot" in refusal.reason and "0 are free" in refusal.reason
     assert b"b" not in members.waiting
-    assert members.refusals == [refusal.reason]
+    assert members.refusals == [f"'sim': {refusal.reason}"]
 
 
 def test_a_client_that_offers_more_envs_than_are_free_is_refused():
     members = members_of(3)
     join(members, b"a", make_hello(2))
     refusal = refuse(members, b"b", make_hello(2))
-    assert refusal.code == "full" and "1 are free" in refusal.reason and "offers 2 envs" in refusal.reason
+    assert refusal.code == "full" and "1 is free" in refusal.reason and "offers 2 envs" in refusal.reason
     assert members.empty_slots() == [2]
 
 
@@ -229,7 +229,7 @@ def test_a_full_waiting_line_refuses_for_good():
     assert refusal.code == "full" and refusal.waiting is False
     assert "the waiting line is full (2)" in refusal.reason
     assert list(members.waiting) == [b"w1", b"w2"]
-    assert members.refusals == [refusal.reason]
+    assert members.refusals == [f"'sim': {refusal.reason}"]
 
 
 def test_a_waiter_already_in_a_full_line_keeps_its_place():
@@ -436,12 +436,14 @@ def test_long_names_are_cut_and_the_peer_is_recorded():
 # -- spaces ------------------------------------------------------------------------------------------
 
 
-def test_same_mode_refuses_an_observation_space_that_differs_in_gymnasiums_words():
-    members = members_of(2, vector_class="MyVector")
-    join(members, b"a", make_hello(1, observation_space=BOX))
+def test_same_mode_refuses_a_launched_clients_observation_space_in_gymnasiums_words():
+    launches = [LaunchSlot(index=0, first_slot=0, count=1, token="t0"), LaunchSlot(1, 1, 1, "t1")]
+    members = members_of(2, vector_class="MyVector", launches=launches)
+    join(members, b"a", make_hello(1, observation_space=BOX, launch={"index": 0, "token": "t0"}))
     other = gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
-    refusal = refuse(members, b"b", make_hello(1, observation_space=other, wait=True))
-    assert refusal.code == "spaces" and refusal.waiting is False
+    launched = make_hello(1, observation_space=other, wait=True, launch={"index": 1, "token": "t1"})
+    refusal = refuse(members, b"b", launched)
+    assert refusal.code == "spaces" and refusal.waiting is False and refusal.launch_index == 1
     assert refusal.error is RuntimeError
     assert refusal.reason.startswith(
         "MyVector(..., observation_mode='same') however the sub-environments observation spaces are not equivalent."
@@ -459,16 +461,20 @@ def test_the_first_clients_own_envs_must_share_its_first_envs_spaces():
     hello["observation_spaces"].append(space_value(other))
     hello["observation_space_index"] = [0, 1]
     refusal = refuse(members, b"a", hello)
-    assert refusal.code == "spaces" and refusal.reason.endswith("(the client's env 1)")
+    assert refusal.code == "spaces" and refusal.reason.startswith("the observation space of its env 1, Discrete(4),")
 
 
-def test_an_action_space_that_differs_is_refused_in_gymnasiums_words():
+def test_an_action_space_that_differs_is_refused():
     members = members_of(2, observation_mode="different")
     join(members, b"a", make_hello(1))
     refusal = refuse(members, b"b", make_hello(1, action_space=gym.spaces.Discrete(4)))
     assert refusal.code == "spaces" and refusal.error is RuntimeError
-    assert "Sub-environment action space doesn't make the `single_action_space`" in refusal.reason
-    assert "single_action_space=Discrete(3)" in refusal.reason
+    assert refusal.reason.startswith(
+        "the action space of its env 0, Discrete(4), differs from the vector's, Discrete(3)"
+    )
+    kind, reason = space_mismatch("different", DISCRETE, DISCRETE, DISCRETE, gym.spaces.Discrete(4))
+    assert kind is RuntimeError and "Sub-environment action space doesn't make the `single_action_space`" in reason
+    assert "single_action_space=Discrete(3)" in reason
 
 
 def test_different_mode_admits_a_box_of_the_same_shape_with_other_bounds():
@@ -489,7 +495,9 @@ def test_different_mode_refuses_a_box_of_another_shape_with_gymnasiums_error():
     refusal = refuse(members, b"b", make_hello(1, observation_space=other))
     assert refusal.code == "spaces"
     assert refusal.error is ValueError
-    assert "shape" in refusal.reason
+    assert refusal.reason.startswith(f"the observation space of its env 0, {other}, cannot be batched (") and (
+        "shape" in refusal.reason
+    )
 
 
 def test_a_custom_space_pair_only_needs_the_same_shape_and_dtype():
@@ -498,7 +506,7 @@ def test_a_custom_space_pair_only_needs_the_same_shape_and_dtype():
     join(members, b"a", make_hello(1, observation_space=BOX))
     assert isinstance(members.hello(b"b", make_hello(1, observation_space=gym.spaces.Box(-9, 9, (2,))), Peer()), Admit)
     refusal = refuse(members, b"c", make_hello(1, observation_space=gym.spaces.Box(0, 1, (2,), dtype=np.float64)))
-    assert refusal.code == "spaces" and "do not share a common shape and dtype" in refusal.reason
+    assert refusal.code == "spaces" and "does not share shape and dtype with the vector's" in refusal.reason
 
 
 def test_space_mismatch_is_none_for_matching_spaces():
@@ -786,3 +794,36 @@ def test_clear_forgets_members_and_waiters():
     members.clear()
     assert members.clients == {} and members.waiting == {} and members.slots == [None]
     assert members.served == 0
+
+
+def test_a_client_with_other_spaces_is_told_in_plain_words_which_and_where_the_vectors_came_from():
+    members = members_of(4)
+    join(members, b"a", make_hello(2, name="first"))
+    refusal = refuse(members, b"b", make_hello(2, name="odd", observation_space=BOX))
+    assert refusal.code == "spaces" and not refusal.waiting
+    assert refusal.reason.startswith(
+        f"the observation space of its env 0, {BOX}, differs from the vector's, {DISCRETE}"
+    )
+    assert "the vector took its spaces from the first client, 'first'" in refusal.reason
+    assert "serve --env ENV_ID" in refusal.reason and "observation_mode" not in refusal.reason
+    assert refusal.client == "client 'odd' from node-1 (pid 4242)"
+    assert members.refusals == [f"'odd': {refusal.reason}"]
+    action = refuse(members, b"c", make_hello(2, name="act", action_space=gym.spaces.Discrete(5)))
+    assert action.reason.startswith(
+        "the action space of its env 0, Discrete(5), differs from the vector's, Discrete(3)"
+    )
+
+
+def test_spaces_given_up_front_are_not_said_to_come_from_a_client():
+    members = members_of(2)
+    members.set_spaces(DISCRETE, DISCRETE)
+    refusal = refuse(members, b"b", make_hello(1, observation_space=BOX))
+    assert refusal.reason == f"the observation space of its env 0, {BOX}, differs from the vector's, {DISCRETE}"
+
+
+def test_a_client_that_waits_in_line_is_named_with_why():
+    members = members_of(3)
+    join(members, b"a", make_hello(1, name="small"))
+    waiting = refuse(members, b"b", make_hello(3, name="big", wait=True))
+    assert waiting.waiting and waiting.client == "client 'big' from node-1 (pid 4242)"
+    assert "3 slots and 2 are free, this client offers 3 envs; waiting in line at position 1" in waiting.reason
