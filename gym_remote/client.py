@@ -736,11 +736,12 @@ class EnvClient:
         self._connection_dropped()  # forget events from before this session's WELCOME
         self._welcomed_session = self.session
         logger.info(
-            "client %s: serving slots %s of %s%s",
+            "client %s: serving slots %s of %s%s%s",
             self.name,
             format_slots(self.slots),
             welcome["server"],
-            " over its same-host data channel" if self._connection.on_channel else "",
+            " over its same-host data channel" if self._connection.on_channel else " over ZeroMQ",
+            f" (rejoined after losing its server, {self.rejoins} time(s) so far)" if self.rejoins else "",
         )
         return True
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,6 +195,12 @@ _MALFORMED = (ProtocolError, KeyError, TypeError, ValueError, OverflowError)
 
 MAX_REFUSALS_KEPT = 10
 
+LEFT = "it left"
+"""The reason of a loss whose client said goodbye (BYE)."""
+
+RECONNECTED = "it reconnected as a new session"
+"""The reason of a loss whose client joined again (a rejoin, not a failure)."""
+
 
 class Membership:
     """The slot table of ``num_envs`` slots and the rules by which clients join it.
@@ -240,6 +247,9 @@ class Membership:
         self.action_space: gym.Space | None = None
         self.spaces_from = ""  # the name of the client whose spaces the vector took, if it took a client's
         self.refusals: list[str] = []  # the last refusals for good: "'name': reason"
+        # since the start: joins, rejoins (a client that lost its server and joined again), losses, goodbyes,
+        # and refusals for good by code ("refused:spaces", ...)
+        self.counts: Counter[str] = Counter()
         self.reset_first = False  # told in WELCOME: new envs start as if their episode had ended
 
     # -- settings ----------------------------------------------------------------------------------
@@ -377,17 +387,21 @@ class Membership:
         if self.observation_space is None:
             self.set_spaces(client.observation_spaces[0], client.action_spaces[0])
             self.spaces_from = client.name
+        self.counts["joined"] += 1
+        if client.rejoins:
+            self.counts["rejoined"] += 1
         self.clients[client.identity] = client
         self._slot_summary = None
         for slot in client.slots:
             self.slots[slot] = client
             self.slot_epochs[slot] += 1
 
-    def lose(self, identity: bytes) -> ClientInfo | None:
-        """The client ``identity`` is gone: its slots are empty, free for others."""
+    def lose(self, identity: bytes, reason: str = "") -> ClientInfo | None:
+        """The client ``identity`` is gone (for ``reason``): its slots are empty, free for others."""
         client = self.clients.pop(identity, None)
         if client is None:
             return None
+        self.counts["left" if reason == LEFT else "reconnected" if reason == RECONNECTED else "lost"] += 1
         now = time.monotonic()
         self._slot_summary = None
         for slot in client.slots:
@@ -436,6 +450,24 @@ class Membership:
             rows.append(row)
         return rows
 
+    def summary(self) -> str:
+        """What happened to the fleet since the start, in one line.
+
+        >>> members = Membership(2, observation_mode="same", allow_pickle=None)
+        >>> members.summary()
+        '0 clients joined, 0 lost, 0 left, 0 refused'
+        """
+        counts = self.counts
+        rejoined = f" ({counts['rejoined']} after losing their server)" if counts["rejoined"] else ""
+        refused = {
+            key.removeprefix("refused:"): value for key, value in sorted(counts.items()) if key.startswith("refused:")
+        }
+        by_code = f" ({', '.join(f'{code} {count}' for code, count in refused.items())})" if refused else ""
+        return (
+            f"{counts['joined']} clients joined{rejoined}, {counts['lost']} lost, {counts['left']} left, "
+            f"{sum(refused.values())} refused{by_code}"
+        )
+
     def empty_slots_message(self, timeout: float, what: str, empty: list[int], address: str) -> str:
         """The error text for a wait on ``empty`` slots that ran out after ``timeout`` seconds."""
         now = time.monotonic()
@@ -482,6 +514,7 @@ class Membership:
         if isinstance(reason, _Refusal):
             reason = str(reason) if index is not None else reason.plain
         self.refusals.append(f"{str(hello.get('name', '?'))[:200]!r}: {reason}" if isinstance(hello, dict) else reason)
+        self.counts[f"refused:{code}"] += 1
         del self.refusals[:-MAX_REFUSALS_KEPT]
         return Refuse(code, reason, launch_index=index, error=error, client=_who(hello))
 

@@ -28,6 +28,7 @@ keeps its connection alive and is only bounded by the reply timeout.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import time
@@ -47,6 +48,8 @@ from gym_remote.links.mux import Multiplexer, arrival
 from gym_remote.links.reach import reachable_endpoints
 from gym_remote.links.zeromq import Route, Router, new_context, terminate
 from gym_remote.membership import (
+    LEFT,
+    RECONNECTED,
     Admit,
     ClientInfo,
     LaunchSlot,
@@ -56,7 +59,7 @@ from gym_remote.membership import (
     data_channel_token,
     space_mismatch,
 )
-from gym_remote.protocol import FLAG_VALUE, Kind, kind_name
+from gym_remote.protocol import FLAG_VALUE, Kind, format_slots, kind_name
 from gym_remote.security import DEFAULT_HANDSHAKE_RATE, DEFAULT_MAX_MESSAGE_BYTES, ServerSecurity
 from gym_remote.spin import OtherThreads, SpinGate
 
@@ -80,6 +83,10 @@ logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
 """Longest a wait sleeps before it checks deadlines, probes members and polls the launcher."""
+
+REMIND_SECONDS = 30.0
+"""While slots wait for clients, the learner says which, this often."""
+
 
 PROBE_SECONDS = 0.5
 """A member awaited and not heard from for this long is probed (once per this interval)."""
@@ -225,6 +232,7 @@ class SlotServer:
         self.liveness_timeout = liveness_timeout
         self.max_message_bytes = int(max_message_bytes)
         self.name = name
+        self.started_at = time.monotonic()
         self.session = secrets.token_hex(16)
         self.launcher = launcher
         self.max_connections = int(max_connections) if max_connections is not None else 4 * num_envs + 64
@@ -238,6 +246,7 @@ class SlotServer:
         )
         self.observation_leaves: list[np.ndarray] | None = None
         self._events: deque[Joined | Lost] = deque()  # what happened, for the owner to take (peek_event)
+        self._reminded_after = 0.0  # how far into the current wait for clients remind_empty last spoke
         self._seq = 0
         # replies the server stopped awaiting (landed, failed, lost or cut short), counted before each stops being
         # awaited: an interrupt may leave it one too high, never too low (see PartialBatches.news)
@@ -329,10 +338,13 @@ class SlotServer:
                 long they have been empty and how many slots are served.
         """
         needed = list(range(self.num_envs)) if slots is None else list(slots)
-        deadline = time.monotonic() + timeout
-        while self.members.empty_slots(needed):
-            if time.monotonic() > deadline:
-                raise RemoteTimeoutError(self.empty_slots_message(timeout, what, self.members.empty_slots(needed)))
+        started = time.monotonic()
+        deadline = started + timeout
+        while empty := self.members.empty_slots(needed):
+            now = time.monotonic()
+            if now > deadline:
+                raise RemoteTimeoutError(self.empty_slots_message(timeout, what, empty))
+            self.remind_empty(empty, now - started, timeout)
             self._poll_once()
 
     def empty_slots_message(self, timeout: float, what: str, empty: list[int]) -> str:
@@ -341,8 +353,10 @@ class SlotServer:
 
     def wait_for_first_client(self, timeout: float) -> None:
         """Handle joins until the vector's spaces are known (the first client brings them)."""
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         while self.members.observation_space is None:
+            self.remind_empty(self.members.empty_slots(), time.monotonic() - started, timeout)
             if time.monotonic() > deadline:
                 raise RemoteTimeoutError(
                     f"timed out after {timeout:g} s waiting for a first client at {self.address} "
@@ -357,15 +371,12 @@ class SlotServer:
 
     def lose(self, client: ClientInfo, reason: str, *, tell: bool = True) -> None:
         """Declare ``client`` lost: free its slots, tell it (if it can still hear), let waiters in."""
-        if self.members.lose(client.identity) is None:
+        if self.members.lose(client.identity, reason) is None:
             return
         for exchange in self._awaited.pop(client.identity, {}).values():
             self.replies_taken += 1
             if exchange.pending.pop(client.identity, None) is not None:
                 exchange.lost.append(client)
-        logger.info(
-            "%s is lost: %s; %d of %d slots served", client.describe(), reason, self.members.served, self.num_envs
-        )
         if tell:
             self._try_send(client.identity, protocol.message(Kind.EVICT, {"reason": reason}))
         self._drop_links(client.identity)
@@ -373,6 +384,40 @@ class SlotServer:
         if self.launcher is not None:
             self.launcher.on_lost(client)
         self._admit_waiters()
+        self._tell_loss(client, reason)
+
+    def _tell_loss(self, client: ClientInfo, reason: str) -> None:
+        """One line on a loss: a warning (the slots' episodes end early), except for a client that reconnected."""
+        empty = self.members.empty_slots(client.slots)
+        then = f"; slots {format_slots(empty)} wait for a client" if empty else ""
+        what = "left (it said goodbye)" if reason == LEFT else f"is lost: {reason}"
+        logger.log(
+            logging.INFO if reason == RECONNECTED else logging.WARNING,
+            "%s %s; %d of %d slots served%s",
+            client.describe(),
+            what,
+            self.members.served,
+            self.num_envs,
+            then,
+        )
+
+    def remind_empty(self, empty: list[int], waited: float, limit: float) -> None:
+        """Say (every :data:`REMIND_SECONDS` of a wait) which slots still wait for a client, and for how long more."""
+        if waited < self._reminded_after + REMIND_SECONDS:
+            if waited < self._reminded_after:  # a new wait
+                self._reminded_after = 0.0
+            return
+        self._reminded_after = waited
+        left = "without limit" if limit == math.inf else f"for up to {max(0.0, limit - waited):.0f} s more"
+        logger.warning(
+            "slots %s have had no client for %.0f s (%d of %d served); waiting %s; clients connect to %s",
+            format_slots(empty),
+            waited,
+            self.members.served,
+            self.num_envs,
+            left,
+            self.address,
+        )
 
     # -- commands ----------------------------------------------------------------------------------
 
@@ -652,6 +697,7 @@ class SlotServer:
             "waiting": len(self.members.waiting),
             "waiting_clients": [str(waiter.hello.get("name"))[:200] for waiter in self.members.waiting.values()],
             "recent_refusals": list(self.members.refusals),
+            "counts": dict(self.members.counts),
             "data_channel_refusals": dict(self.listener.refused) if self.listener is not None else {},
         }
 
@@ -683,6 +729,13 @@ class SlotServer:
                 self._drop_links(event.identity)
         if waiting:
             logger.warning("%d client(s) did not acknowledge CLOSE within %g s", len(waiting), timeout)
+        logger.info(
+            "server %s closed after %.1f s: told %d client(s) the run is over; %s",
+            self.name,
+            time.monotonic() - self.started_at,
+            len(clients) + len(self.members.waiting),
+            self.members.summary(),
+        )
         self.members.clear()
         for identity in [*self._links, *self._offered]:
             self._drop_links(identity)
@@ -822,7 +875,7 @@ class SlotServer:
             elif header.kind == Kind.BYE:
                 message.skip_rest()
                 exchange.lost.append(client)
-                self.lose(client, "it left", tell=False)
+                self.lose(client, LEFT, tell=False)
             else:
                 raise ProtocolError(
                     f"expected {exchange.reply_kind.name} for {exchange.what}, got {kind_name(header.kind)}"
@@ -923,7 +976,7 @@ class SlotServer:
         message.skip_rest()
         if kind == Kind.BYE:
             if client is not None:
-                self.lose(client, "it left", tell=False)
+                self.lose(client, LEFT, tell=False)
             elif self._leave_line(identity):
                 logger.info("a waiting client left the line; %d waiting", len(self.members.waiting))
         elif client is None:
@@ -966,7 +1019,7 @@ class SlotServer:
             return
         previous = members.previous_member(hello)
         if previous is not None:  # the same client, reconnected: its old membership ends here
-            self.lose(previous, "it reconnected as a new session", tell=False)
+            self.lose(previous, RECONNECTED, tell=False)
         if peer is not None:
             self._connections[identity] = peer
         self._take_offer(identity, hello)

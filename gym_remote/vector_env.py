@@ -988,8 +988,10 @@ class RemoteVectorEnv(VectorEnv):
             empty = self._server.members.empty_slots(slots)
             if not empty:
                 return slots
-            if time.monotonic() > end:
+            now = time.monotonic()
+            if now > end:
                 raise RemoteTimeoutError(self._server.empty_slots_message(end - start, "their slots", empty))
+            self._server.remind_empty(empty, now - start, end - start)
             self._server.poll()
 
     def _start_reset(

@@ -3,15 +3,18 @@ and what each side tells its user (log lines at INFO, error messages)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import signal
 import threading
 import time
 
 import gymnasium as gym
 import pytest
 
-from gym_remote import RemoteVectorEnv
+import gym_remote.server as server_module
+from gym_remote import RemoteTimeoutError, RemoteVectorEnv
 from tests.helpers import (
     GYM_REMOTE_SCRIPT,
     LoggedProcess,
@@ -103,3 +106,53 @@ def test_serve_states_its_spaces_and_its_timeout_names_the_refused_and_the_waiti
     assert "slots 2 have no client" in error and "clients refused: 'wrong': the observation space" in error, error
     assert "waiting in line for more free slots than the 1 there are: 'big' (2 envs)" in error, error
     assert big.wait(15) == 0 and right.wait(15) == 0, str(big) + str(right)
+
+
+def test_the_learner_tells_the_story_of_its_fleet_one_line_each(run):
+    """At serve's default level: each join, a client that leaves (and what its slots do then), the replacement's
+    join, and at the end one line that sums the run up; the clients say when they join, leave and are closed."""
+    address = free_tcp_address()
+    serve = ["serve", "--bind", address, "--env", "CartPole-v1", "--num-envs", "4", "--connect-timeout", "60"]
+    server = run(*serve, "--steps", "200000", "--no-progress", name="serve")
+    wait_for_listening(server)
+    client = ["client", address, "--env", "CartPole-v1", "--num-envs", "2", "--connect-timeout", "30", "--name"]
+    first, second = run(*client, "first", name="first"), run(*client, "second", name="second")
+    wait_until(lambda: "4 of 4 slots served" in server.stderr, 30, "both clients to join")
+    first.process.send_signal(signal.SIGTERM)
+    assert first.wait(15) == 143, str(first)
+    wait_until(lambda: "left (it said goodbye)" in server.stderr, 15, "the learner to see the client leave")
+    replacement = run(*client, "replacement", name="replacement")
+    assert server.wait(120) == 0, str(server)
+    assert second.wait(15) == 0 and replacement.wait(15) == 0, str(second) + str(replacement)
+    lines = server.stderr.splitlines()
+    assert re.search(
+        r"WARNING client 'first' \(slots (0-1|2-3)\) left \(it said goodbye\); 2 of 4 slots served; "
+        r"slots (0-1|2-3) wait for a client$",
+        server.stderr,
+        re.MULTILINE,
+    ), str(server)
+    assert len([line for line in lines if "joined from" in line]) == 3, str(server)
+    assert re.search(
+        r"INFO server gym_remote closed after [\d.]+ s: told 2 client\(s\) the run is over; "
+        r"3 clients joined, 0 lost, 1 left, 0 refused$",
+        server.stderr,
+        re.MULTILINE,
+    ), str(server)
+    assert "client first: leaving" in first.stderr, str(first)
+    for each in (first, second, replacement):
+        assert re.search(r"INFO client \w+: serving slots [\d-]+ of gym_remote over ", each.stderr), str(each)
+    assert "client second: the server closed; exiting" in second.stderr, str(second)
+
+
+def test_while_slots_wait_for_clients_the_learner_says_so_at_intervals(monkeypatch, caplog):
+    monkeypatch.setattr(server_module, "REMIND_SECONDS", 0.5)
+    envs = RemoteVectorEnv(num_envs=2, connect_timeout=2.0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gym_remote"), pytest.raises(RemoteTimeoutError):
+            envs.reset(seed=0)
+    finally:
+        envs.close()
+    reminders = [record.getMessage() for record in caplog.records if "have had no client for" in record.getMessage()]
+    assert 2 <= len(reminders) <= 4, reminders
+    assert reminders[0].startswith("slots 0-1 have had no client for ")
+    assert "waiting for up to 1 s more" in reminders[-1] or "waiting for up to 0 s more" in reminders[-1], reminders
