@@ -7,8 +7,6 @@
 >>> envs.close()
 """
 
-import logging as _logging
-
 from gym_remote.client import EnvClient
 from gym_remote.errors import (
     ClientLostError,
@@ -42,5 +40,6 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-_logging.getLogger("gym_remote").addHandler(_logging.NullHandler())
+# No NullHandler on the "gym_remote" logger, deliberately: a learner that configures no logging still sees the
+# warnings (a lost client, a refused one) through Python's last-resort handler; INFO needs logging configured.
 register()  # gym.make_vec("gym_remote/RemoteVectorEnv-v0", num_envs=..., env_id=...)

@@ -102,6 +102,13 @@ def _add_client(commands: argparse._SubParsersAction) -> None:
         help="how long to wait in line for a free slot; 'inf' waits forever (default: %(default)s)",
     )
     client.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="stay up across learner runs: when a run ends or the learner is lost, wait for the next learner at "
+        "ADDRESS without limit; exit only when a learner tells its clients to stop (serve --stop-clients), on "
+        "SIGTERM or Ctrl-C",
+    )
+    client.add_argument(
         "--no-reconnect",
         action="store_true",
         help="exit (status 1) when the server goes away, instead of rejoining the next server at ADDRESS",
@@ -184,6 +191,12 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         help="how long a step or reset may take; 'inf' waits forever (default: %(default)s)",
     )
     _add_liveness_timeout(serve, "a client")
+    serve.add_argument(
+        "--stop-clients",
+        action="store_true",
+        help="at the end, tell the clients to exit, even those started with --keep-serving (default: tell them the "
+        "run is over, which ends only the clients that do not keep serving)",
+    )
     _add_rollout_arguments(serve)
     _add_server_security(serve)
     serve.set_defaults(handler=_run_serve)
@@ -412,6 +425,7 @@ def _run_client(args: argparse.Namespace) -> int:
         client_key=args.client_key,
         secret=_secret(args),
         insecure=args.insecure,
+        keep_serving=args.keep_serving,
         data_plane=False if args.no_data_plane else None,
         spin=args.spin,
     )
@@ -521,7 +535,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         )
         _report(rollout(envs, args.steps, args.seed, progress=not args.no_progress))
     finally:
-        envs.close()
+        envs.close(stop_clients=args.stop_clients)
     return EXIT_OK
 
 

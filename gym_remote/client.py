@@ -15,6 +15,7 @@ Example (a client for a server running elsewhere)::
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import platform
@@ -92,6 +93,14 @@ class EnvFailure(Exception):
 
     def __str__(self) -> str:
         return f"env {self.index}: {type(self.error).__name__}: {self.error}"
+
+
+class _End(enum.Enum):
+    """How a membership (or a wait for one) ended."""
+
+    EXIT = "the server closed, or this client was stopped: run() returns"
+    RUN_OVER = "the learner's run is over: a client that keeps serving waits for the next one"
+    LOST = "the server went away: the client rejoins (or raises, without reconnect)"
 
 
 class _ServerGone(Exception):
@@ -388,6 +397,10 @@ class EnvClient:
         secret: a shared secret instead of key files: the same as the server's; it never travels.
         insecure: connect beyond loopback without keys or a secret knowingly, without the warning it
             otherwise gets (only on a network you trust).
+        keep_serving: stay up across learner runs: when a run ends (the learner closes without telling its
+            clients to stop) or the learner is lost, wait for the next learner at ``address`` without limit and
+            serve it. :meth:`run` returns only when a learner closes with ``stop_clients=True``, on :meth:`stop`
+            (SIGTERM, Ctrl-C), or raises on a refusal.
         data_plane: on the server's machine, carry commands and results over a Unix socket (the
             same-host data plane, if the server offers one) instead of ZeroMQ. Default: on (Linux),
             unless the environment variable ``GYM_REMOTE_DATA_PLANE`` is ``off``.
@@ -423,6 +436,7 @@ class EnvClient:
         client_key: KeySource | None = None,
         secret: str | bytes | None = None,
         insecure: bool = False,
+        keep_serving: bool = False,
         data_plane: bool | str | None = None,
         spin: float = 0.0,
         _launch: dict[str, Any] | None = None,
@@ -442,6 +456,8 @@ class EnvClient:
         self.slot_timeout = slot_timeout
         self.reconnect = reconnect
         self.reconnect_timeout = reconnect_timeout
+        self.keep_serving = keep_serving
+        self.runs = 0  # learner runs this client served to their end (keep_serving)
         self.liveness_timeout = liveness_timeout
         self.allow_pickle = allow_pickle
         self._security = client_security(server_key, client_key, secret)
@@ -506,14 +522,25 @@ class EnvClient:
             hosted = self._make_envs()
             join_timeout = self.connect_timeout
             while True:
-                if not self._join(hosted, join_timeout) or self._serve(hosted):
+                end = self._join(hosted, join_timeout) or self._serve(hosted)
+                if end is _End.EXIT:
                     return
-                if not self.reconnect:
-                    reason, self._lost_reason = self._lost_reason, ""
-                    raise ClientLostError(f"client {self.name}: lost the server at {self.address}{reason}")
-                self.rejoins += 1
-                join_timeout = self.reconnect_timeout
-                logger.warning("client %s: lost the server at %s; rejoining", self.name, self.address)
+                if end is _End.RUN_OVER:
+                    self.runs += 1
+                    logger.info(
+                        "client %s: the run is over; waiting for the next learner at %s (runs served: %d)",
+                        self.name,
+                        self.address,
+                        self.runs,
+                    )
+                    join_timeout = None
+                else:
+                    if not self.reconnect:
+                        reason, self._lost_reason = self._lost_reason, ""
+                        raise ClientLostError(f"client {self.name}: lost the server at {self.address}{reason}")
+                    self.rejoins += 1
+                    join_timeout = None if self.keep_serving else self.reconnect_timeout
+                    logger.warning("client %s: lost the server at %s; rejoining", self.name, self.address)
                 self._connect(linger=0)
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: leave cleanly, so the slots free up
             self._say_bye()
@@ -639,10 +666,11 @@ class EnvClient:
 
     # -- handshake -------------------------------------------------------------------------------
 
-    def _join(self, hosted: HostedEnvs, timeout: float | None) -> bool:
+    def _join(self, hosted: HostedEnvs, timeout: float | None) -> _End | None:
         """Send HELLO and wait for WELCOME; while the server has no free slot, wait in line.
 
-        Returns True once welcomed, False if the server closed first (a normal end for a client in line).
+        Returns None once welcomed, else how the wait ended: the server closed first (a normal end for a client
+        in line; for one that keeps serving, the end of a run it waited through).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         self._join_timeout = timeout
@@ -707,10 +735,14 @@ class EnvClient:
                     code=str(answer.get("code", "")),
                 )
             if header.kind == Kind.CLOSE:
+                end = self._closed(header, message)
                 logger.info(
-                    "client %s: the server at %s closed before a slot freed up; exiting", self.name, self.address
+                    "client %s: the server at %s closed before a slot freed up%s",
+                    self.name,
+                    self.address,
+                    "; exiting" if end is _End.EXIT else "",
                 )
-                return False
+                return end
             if header.kind != Kind.PING:
                 logger.warning("client %s: ignoring %s before WELCOME", self.name, kind_name(header.kind))
         welcome = protocol.read_value(message.rest())
@@ -743,7 +775,7 @@ class EnvClient:
             " over its same-host data channel" if self._connection.on_channel else " over ZeroMQ",
             f" (rejoined after losing its server, {self.rejoins} time(s) so far)" if self.rejoins else "",
         )
-        return True
+        return None
 
     def _receive(self, timeout: float) -> tuple[bytes, Message] | None:
         """The next message before WELCOME (None if none came, or the link broke: then it counts as dropped)."""
@@ -869,26 +901,27 @@ class EnvClient:
 
     # -- serving ---------------------------------------------------------------------------------
 
-    def _serve(self, hosted: HostedEnvs) -> bool:
-        """Answer commands; True once the server closed (or this client was stopped), False if it was lost
-        (its connection dropped, its data channel closed, or it stopped taking this client's messages)."""
+    def _serve(self, hosted: HostedEnvs) -> _End:
+        """Answer commands until the membership ends: the server closed (or this client was stopped), the run is
+        over, or the server was lost (its connection dropped, its data channel closed, or it stopped taking this
+        client's messages)."""
         try:
             return self._serve_commands(hosted)
         except _ServerGone as error:
             logger.warning("client %s: %s; counting the server as gone", self.name, error)
             self._lost_reason = f": {error}"
-            return False
+            return _End.LOST
 
-    def _serve_commands(self, hosted: HostedEnvs) -> bool:
+    def _serve_commands(self, hosted: HostedEnvs) -> _End:
         while True:
             received = self._next_command()
             if received is None:
                 if self._stop.is_set() or not self._parent_alive():
                     logger.info("client %s: stopping", self.name)
                     self._send_last(protocol.message(Kind.BYE), "BYE")
-                    return True
+                    return _End.EXIT
                 if self._connection_dropped():
-                    return False
+                    return _End.LOST
                 stalled = self._connection.stalled_for(time.monotonic())
                 if stalled >= self.liveness_timeout:
                     raise _ServerGone(
@@ -934,8 +967,8 @@ class EnvClient:
             self._spin.waited(time.perf_counter() - since)
         return received
 
-    def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes, message: Message) -> bool | None:
-        """Answer one command; True once the server closed, False if it evicted this client, else None."""
+    def _handle(self, hosted: HostedEnvs, header: protocol.Header, frame: bytes, message: Message) -> _End | None:
+        """Answer one command; how the membership ended if it did (CLOSE, EVICT), else None."""
         if header.version != protocol.PROTOCOL_VERSION:
             raise ProtocolError(
                 f"server speaks protocol version {header.version}, this client {protocol.PROTOCOL_VERSION}"
@@ -975,20 +1008,32 @@ class EnvClient:
         elif kind == Kind.WELCOME:
             message.skip_rest()  # the answer to a repeated HELLO (the first answer came already)
         elif kind == Kind.CLOSE:
-            message.skip_rest()
-            self._send_last(protocol.message(Kind.BYE, seq=header.seq), "BYE")
-            logger.info("client %s: the server closed; exiting", self.name)
-            return True
+            end = self._closed(header, message)
+            if end is _End.EXIT:
+                logger.info("client %s: the server closed; exiting", self.name)
+            return end
         elif kind == Kind.EVICT:
             reason = (self._read_value(header, message) or {}).get("reason")
             logger.warning("client %s: the server ended this membership: %s", self.name, reason)
-            return False
+            return _End.LOST
         elif kind == Kind.ERROR:
             report = self._read_value(header, message) or {}
             logger.warning("client %s: the server reports an error: %s", self.name, report.get("message"))
         else:
             raise ProtocolError(f"unexpected {kind_name(kind)} message from the server")
         return None
+
+    def _closed(self, header: protocol.Header, message: Message) -> _End:
+        """Answer CLOSE with BYE; the end it means for this client: the end of a run for one that keeps serving,
+        unless the server tells its clients to stop (PROTOCOL.md §9)."""
+        try:
+            value = self._read_value(header, message)
+        except Exception:  # noqa: BLE001 - a CLOSE that cannot be read still closes
+            message.skip_rest()
+            value = None
+        stop = isinstance(value, dict) and value.get("stop") is True
+        self._send_last(protocol.message(Kind.BYE, seq=header.seq), "BYE")
+        return _End.RUN_OVER if self.keep_serving and not stop else _End.EXIT
 
     def _read_indexes(self, hosted: HostedEnvs, header: protocol.Header, message: Message) -> list[int] | None:
         """The envs a command is for: those its index frame lists (FLAG_SUBSET), or None for all."""

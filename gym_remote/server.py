@@ -703,19 +703,22 @@ class SlotServer:
 
     # -- closing -----------------------------------------------------------------------------------
 
-    def close(self, timeout: float = 5.0, gone: Callable[[ClientInfo], bool] | None = None) -> None:
+    def close(
+        self, timeout: float = 5.0, gone: Callable[[ClientInfo], bool] | None = None, stop_clients: bool = False
+    ) -> None:
         """Send CLOSE to every client (and waiter), wait up to ``timeout`` for their BYE, close the links.
 
-        ``gone(client)`` tells of clients known to be dead already, which are not waited for.
+        ``gone(client)`` tells of clients known to be dead already, which are not waited for. ``stop_clients``:
+        the CLOSE tells clients that keep serving across runs to exit too (PROTOCOL.md §9).
         """
         clients = list(self.members.clients.values())
-        seq = self.next_seq()
+        close = protocol.message(Kind.CLOSE, {"stop": stop_clients}, seq=self.next_seq())
         waiting = set()
         for identity in [client.identity for client in clients if gone is None or not gone(client)]:
-            if self._try_send(identity, [protocol.pack_header(Kind.CLOSE, seq)]):
+            if self._try_send(identity, close):
                 waiting.add(identity)
         for identity in self.members.waiting:
-            self._try_send(identity, [protocol.pack_header(Kind.CLOSE, seq)])
+            self._try_send(identity, close)
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
             event = self.mux.next(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
@@ -730,10 +733,11 @@ class SlotServer:
         if waiting:
             logger.warning("%d client(s) did not acknowledge CLOSE within %g s", len(waiting), timeout)
         logger.info(
-            "server %s closed after %.1f s: told %d client(s) the run is over; %s",
+            "server %s closed after %.1f s: told %d client(s) %s; %s",
             self.name,
             time.monotonic() - self.started_at,
             len(clients) + len(self.members.waiting),
+            "to stop" if stop_clients else "the run is over",
             self.members.summary(),
         )
         self.members.clear()

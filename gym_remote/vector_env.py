@@ -886,8 +886,12 @@ class RemoteVectorEnv(VectorEnv):
             slots,
         )
 
-    def close_extras(self, timeout: float = 5.0, **kwargs: Any) -> None:
-        """Tell the clients to exit, reap the local client processes and release the endpoint.
+    def close_extras(self, timeout: float = 5.0, stop_clients: bool = False, **kwargs: Any) -> None:
+        """Tell the clients the run is over, reap the local client processes and release the endpoint.
+
+        Clients exit then, except those that keep serving across runs (``EnvClient(keep_serving=True)``,
+        ``gym-remote client --keep-serving``): they wait for the next learner, unless ``stop_clients`` is true
+        (``envs.close(stop_clients=True)``), which tells them to exit too.
 
         A call still pending (``step_async``/``reset_async`` without its ``*_wait``) is abandoned, with
         a warning, as ``AsyncVectorEnv`` warns.
@@ -901,7 +905,7 @@ class RemoteVectorEnv(VectorEnv):
             self._waiting_for = self._step_call = self._reset_call = None
         if self._finalizer is not None:
             self._finalizer.detach()
-        _release(self._server, self._launcher, timeout)
+        _release(self._server, self._launcher, timeout, stop_clients)
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -1164,8 +1168,11 @@ def _slot_numbers(slots: Any, num_envs: int, name: str) -> np.ndarray:
     return ids.astype(np.intp)
 
 
-def _release(server: SlotServer | None, launcher: Launcher | None, timeout: float = 2.0) -> None:
-    """Tell the clients to exit, then end the launcher's (local processes are reaped, their directory removed).
+def _release(
+    server: SlotServer | None, launcher: Launcher | None, timeout: float = 2.0, stop_clients: bool = False
+) -> None:
+    """Tell the clients the run is over (``stop_clients``: to exit, even those that keep serving), then end the
+    launcher's (local processes are reaped, their directory removed).
 
     Also the finalizer of a vector env dropped without ``close()``: it holds no reference to it.
     """
@@ -1176,6 +1183,7 @@ def _release(server: SlotServer | None, launcher: Launcher | None, timeout: floa
                 gone=lambda client: (
                     launcher is not None and client.launch_index is not None and launcher.exited(client.launch_index)
                 ),
+                stop_clients=stop_clients,
             )
     finally:
         if launcher is not None:

@@ -6,7 +6,11 @@ from __future__ import annotations
 import logging
 import math
 import re
+import shlex
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,10 +19,14 @@ import pytest
 
 import gym_remote.server as server_module
 from gym_remote import RemoteTimeoutError, RemoteVectorEnv
+from gym_remote.cli import build_parser
+from gym_remote.security import read_secret_file
+from tests.conftest import REPO_ROOT
 from tests.helpers import (
     GYM_REMOTE_SCRIPT,
     LoggedProcess,
     ThreadClient,
+    finished,
     free_tcp_address,
     wait_for_listening,
     wait_until,
@@ -156,3 +164,158 @@ def test_while_slots_wait_for_clients_the_learner_says_so_at_intervals(monkeypat
     assert 2 <= len(reminders) <= 4, reminders
     assert reminders[0].startswith("slots 0-1 have had no client for ")
     assert "waiting for up to 1 s more" in reminders[-1] or "waiting for up to 0 s more" in reminders[-1], reminders
+
+
+# -- clients that keep serving ------------------------------------------------------------------------
+
+
+def test_a_fleet_that_keeps_serving_serves_three_learner_runs_in_a_row_then_stops_when_told(run):
+    """Two ``--keep-serving`` clients (one over its data channel, one over ZeroMQ) serve three ``serve`` runs: one
+    that ends normally, one interrupted with Ctrl-C, and one that tells them to stop; they exit 0 only then."""
+    address = free_tcp_address()
+    client = ["client", address, "--env", "CartPole-v1", "--num-envs", "2", "--keep-serving", "--name"]
+    fleet = [run(*client, "near", name="near"), run(*client, "far", "--no-data-plane", name="far")]
+    serve = ["serve", "--bind", address, "--env", "CartPole-v1", "--num-envs", "4", "--no-progress"]
+
+    first = run(*serve, "--steps", "2000", name="run1")
+    assert first.wait(60) == 0, str(first)
+    second = run(*serve, "--steps", "100000000", name="run2", preexec_fn=default_sigint)
+    wait_until(lambda: "4 of 4 slots served" in second.stderr, 30, "the fleet to join the second run")
+    time.sleep(0.5)  # mid-rollout
+    second.process.send_signal(signal.SIGINT)
+    assert second.wait(30) == 130, str(second)
+    third = run(*serve, "--steps", "2000", "--stop-clients", name="run3")
+    assert third.wait(60) == 0, str(third)
+    for each in fleet:
+        assert each.wait(15) == 0, str(each)
+    for server in (first, third):
+        assert re.search(r"^2000 steps in ", server.stdout, re.MULTILINE), str(server)
+    assert "told 2 client(s) the run is over" in first.stderr and "told 2 client(s) to stop" in third.stderr
+    for each in fleet:
+        assert len(re.findall(r"serving slots [\d-]+ of gym_remote", each.stderr)) == 3, str(each)
+        assert "the run is over; waiting for the next learner" in each.stderr and "runs served: 2" in each.stderr
+        assert "the server closed; exiting" in each.stderr, str(each)
+    assert "over its same-host data channel" in fleet[0].stderr and "over ZeroMQ" in fleet[1].stderr
+
+
+def test_a_client_that_keeps_serving_stays_through_the_python_learners_runs(stack, thread_clients):
+    envs = RemoteVectorEnv(num_envs=2, bind="tcp://127.0.0.1:*", connect_timeout=30)
+    address = envs.address
+    keeper = ThreadClient(address, [make_cartpole] * 2, keep_serving=True)
+    thread_clients.append(keeper)
+    for run_number in range(3):
+        if run_number:
+            envs = RemoteVectorEnv(num_envs=2, bind=address, connect_timeout=30)
+        try:
+            envs.reset(seed=run_number)
+            for _ in range(20):
+                envs.step(envs.action_space.sample())
+        finally:
+            envs.close(stop_clients=run_number == 2)
+        if run_number < 2:
+            time.sleep(0.3)
+            assert not keeper.done, "a run's end must not end a client that keeps serving"
+    keeper.finish(15)
+    assert keeper.client.runs == 2 and keeper.client.rejoins == 0
+
+
+def test_a_client_that_serves_one_run_exits_at_its_end(stack, thread_clients):
+    envs = RemoteVectorEnv(num_envs=1, connect_timeout=30)
+    once = ThreadClient(envs.address, [make_cartpole])
+    thread_clients.append(once)
+    envs.reset(seed=0)
+    envs.close()
+    once.finish(15)
+    assert once.client.runs == 0
+
+
+@pytest.mark.parametrize(("signal_number", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_client_that_keeps_serving_ends_cleanly_on_a_signal(run, stack, signal_number, code):
+    envs = RemoteVectorEnv(num_envs=2, bind="tcp://127.0.0.1:*", connect_timeout=30)
+    stack.callback(envs.close)
+    client = ["client", envs.address, "--env", "CartPole-v1", "--num-envs", "2", "--keep-serving"]
+    process = run(*client, "--name", "kept", name="kept", preexec_fn=default_sigint)
+    envs.reset(seed=0)
+    envs.step(envs.action_space.sample())
+    process.process.send_signal(signal_number)
+    assert process.wait(15) == code, str(process)
+    assert "client kept: leaving" in process.stderr and "Traceback" not in process.stderr, str(process)
+    _, _, _, truncations, infos = envs.step(envs.action_space.sample())
+    assert truncations.all() and infos["client_lost"].all()
+
+
+def default_sigint() -> None:
+    """In the child: Ctrl-C raises KeyboardInterrupt, even if the test runner was started with SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# -- the fleet recipes of docs/CLUSTERS.md ----------------------------------------------------------------
+
+
+def clusters_block(language: str, containing: str) -> str:
+    text = (REPO_ROOT / "docs" / "CLUSTERS.md").read_text()
+    blocks = re.findall(rf"```{language}\n(.*?)```", text, re.DOTALL)
+    found = [block for block in blocks if containing in block]
+    assert len(found) == 1, f"one ```{language} block with {containing!r} in docs/CLUSTERS.md"
+    return found[0]
+
+
+def test_the_systemd_unit_of_the_clusters_doc_is_valid_and_its_command_serves_until_stopped(run, stack, tmp_path):
+    unit = clusters_block("ini", "ExecStart=")
+    command = shlex.split(re.search(r"^ExecStart=(.*)$", unit, re.MULTILINE).group(1))
+    assert command[:2] == ["/opt/envs/venv/bin/gym-remote", "client"] and "--keep-serving" in command
+    if shutil.which("systemd-analyze"):
+        units = tmp_path / "units"
+        units.mkdir()
+        (units / "gym-remote-client@.service").write_text(unit.replace(command[0], GYM_REMOTE_SCRIPT))
+        broken = unit.replace(command[0], GYM_REMOTE_SCRIPT).replace("RestartSec=5", "RestartSec=soon")
+        (units / "broken@.service").write_text(broken.replace("ExecStart=", "ExecStrat="))
+        for name, code in (("gym-remote-client@1.service", 0), ("broken@1.service", 1)):
+            done = subprocess.run(
+                ["systemd-analyze", "verify", str(units / name)], capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == code, (name, done.stdout, done.stderr)
+    secret = tmp_path / "secret"
+    assert finished(run, "secret", str(secret)).process.returncode == 0
+    envs = RemoteVectorEnv(num_envs=8, bind=free_tcp_address(), secret=read_secret_file(secret), connect_timeout=30)
+    stack.callback(envs.close)
+    replaced = {"tcp://learner.example:5555": envs.address, "/etc/gym-remote/secret": str(secret), "%H-%i": "host-1"}
+    args = [replaced.get(arg, arg) for arg in command[1:]]
+    client = run(*args, name="unit", preexec_fn=default_sigint)
+    envs.reset(seed=0)
+    envs.step(envs.action_space.sample())
+    assert {row["client"] for row in envs.stats()} == {"host-1"}
+    client.process.send_signal(signal.SIGTERM)
+    assert client.wait(15) == 143, str(client)  # SuccessExitStatus: an operator's stop is not a failure
+    assert re.search(r"^SuccessExitStatus=130 143$", unit, re.MULTILINE) and "Restart=on-failure" in unit
+
+
+def test_the_kubernetes_clients_of_the_clusters_doc_keep_serving_with_options_that_exist():
+    yaml = pytest.importorskip("yaml")
+    documents = list(yaml.safe_load_all(clusters_block("yaml", "kind: Deployment")))
+    deployment = next(document for document in documents if document["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["gym-remote", "client"] and "--keep-serving" in args
+    parsed = build_parser().parse_args(args[1:])
+    assert parsed.keep_serving and parsed.connect_timeout is None and parsed.secret_file == "/secret/secret"
+
+
+def test_a_learner_that_configures_no_logging_still_sees_a_loss(tmp_path, reaper):
+    script = tmp_path / "learner.py"
+    script.write_text(
+        "import gymnasium as gym\n"
+        "from gym_remote import RemoteVectorEnv\n"
+        "envs = RemoteVectorEnv([lambda: gym.make('CartPole-v1')] * 2, num_clients=2)\n"
+        "envs.reset(seed=0)\n"
+        "import os, signal\n"
+        "os.kill(envs.stats()[1]['pid'], signal.SIGKILL)\n"
+        "for _ in range(50):\n"
+        "    envs.step(envs.action_space.sample())\n"
+        "envs.close()\n"
+    )
+    learner = LoggedProcess(reaper, tmp_path, "learner", [sys.executable, str(script)])
+    assert learner.wait(60) == 0, str(learner)
+    assert re.search(
+        r"^client 'local-1' \(slots 1\) is lost: .*; slots 1 wait for a client$", learner.stderr, re.MULTILINE
+    ), str(learner)
+    assert " INFO " not in learner.stderr and "joined" not in learner.stderr, str(learner)  # INFO stays quiet
