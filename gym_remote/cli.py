@@ -8,6 +8,7 @@ Subcommands:
 * ``bench`` measures an env's steps per second in SyncVectorEnv, AsyncVectorEnv and RemoteVectorEnv;
 * ``keygen NAME --dir DIR`` writes a CURVE key pair (``DIR/NAME.key``, ``DIR/NAME.key_secret``);
 * ``secret PATH`` writes a new random shared secret, readable only by you;
+* ``status ADDRESS`` shows a running learner's fleet (``--watch`` live, ``--json`` for scripts);
 * ``conformance -- CLIENT_COMMAND...`` checks a client, in any language, against the protocol
   (docs/CONFORMANCE.md).
 
@@ -51,7 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_log_level(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (_add_client, _add_demo, _add_serve, _add_bench, _add_keygen, _add_secret, _add_conformance):
+    for add_command in (
+        _add_client,
+        _add_demo,
+        _add_serve,
+        _add_status,
+        _add_bench,
+        _add_keygen,
+        _add_secret,
+        _add_conformance,
+    ):
         add_command(commands)
     for command in commands.choices.values():
         _add_log_level(command, default=argparse.SUPPRESS)  # before or after the subcommand: the same option
@@ -139,10 +149,7 @@ def _add_client(commands: argparse._SubParsersAction) -> None:
         help="over the data plane, busy-check this long for the next command after answering one; saves a "
         "wake-up per step, takes a core (default: %(default)s, never)",
     )
-    security = client.add_argument_group("security (for a server that uses CURVE keys or a shared secret)")
-    security.add_argument("--server-key", metavar="PATH", help="the server's public key file (NAME.key)")
-    security.add_argument("--client-key", metavar="PATH", help="this client's secret key file (NAME.key_secret)")
-    _add_secret_file_argument(security)
+    security = _add_client_security(client, "security (for a server that uses CURVE keys or a shared secret)")
     security.add_argument(
         "--insecure",
         action="store_true",
@@ -200,6 +207,40 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     _add_rollout_arguments(serve)
     _add_server_security(serve)
     serve.set_defaults(handler=_run_serve)
+
+
+def _add_status(commands: argparse._SubParsersAction) -> None:
+    status = commands.add_parser(
+        "status",
+        help="show a running learner's fleet: who serves each slot, how fast, how well",
+        description="Ask the learner at ADDRESS for its fleet, with the keys or secret its clients use: per slot "
+        "the client, its env-steps/s, step latency, episodes and mean return, losses and rejoins; the clients in "
+        "line and the refusals. A learner answers while it steps.",
+    )
+    status.add_argument("address", metavar="ADDRESS", help="the learner's endpoint, e.g. tcp://10.0.0.5:5555")
+    shown = status.add_mutually_exclusive_group()
+    shown.add_argument("--watch", action="store_true", help="refresh the table in place until Ctrl-C")
+    shown.add_argument("--json", action="store_true", help="print the status as JSON (PROTOCOL.md §9.1)")
+    status.add_argument(
+        "--interval", type=_seconds, default=1.0, metavar="SECONDS", help="--watch's refresh (default: %(default)s)"
+    )
+    status.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for the learner's answer (default: %(default)s)",
+    )
+    _add_client_security(status, "security (as the learner's clients)")
+    status.set_defaults(handler=_run_status)
+
+
+def _add_client_security(parser: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
+    security = parser.add_argument_group(title)
+    security.add_argument("--server-key", metavar="PATH", help="the server's public key file (NAME.key)")
+    security.add_argument("--client-key", metavar="PATH", help="this client's secret key file (NAME.key_secret)")
+    _add_secret_file_argument(security)
+    return security
 
 
 def _add_server_security(parser: argparse.ArgumentParser) -> None:
@@ -445,6 +486,38 @@ def _run_keygen(args: argparse.Namespace) -> int:
     public, secret = create_key_files(args.name, args.dir)
     print(f"public key (share it): {public}\nsecret key (keep it private): {secret}")
     return EXIT_OK
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from gym_remote.status import format_status, query_status
+
+    def ask() -> dict[str, Any]:
+        return query_status(
+            args.address,
+            timeout=args.timeout if args.timeout is not None else 3600.0,
+            server_key=args.server_key,
+            client_key=args.client_key,
+            secret=_secret(args),
+        )
+
+    if not args.watch:
+        report = ask()
+        print(json.dumps(report, indent=2) if args.json else format_status(report))
+        return EXIT_OK
+    try:
+        while True:
+            started = time.monotonic()
+            try:
+                text = format_status(ask())
+            except (GymRemoteError, PermissionError) as error:  # (a learner between runs answers again later)
+                text = f"gym-remote status: {error}"
+            stamp = time.strftime("%H:%M:%S")
+            sys.stdout.write(f"\x1b[H\x1b[2J{text}\n\n{stamp}, every {args.interval:g} s; Ctrl-C to stop\n")
+            sys.stdout.flush()
+            time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:  # the way out of --watch
+        sys.stdout.write("\n")
+        return EXIT_OK
 
 
 def _run_secret(args: argparse.Namespace) -> int:

@@ -641,8 +641,8 @@ class EnvClient:
                 self._denied_for_now = True
                 delay = random.uniform(0.5, 2.0)
                 logger.warning(
-                    "client %s: the server at %s is refusing connections for now (too many, or too fast); "
-                    "trying again in %.1f s",
+                    "client %s: the server at %s is refusing connections for now (too many, too fast, or it is "
+                    "closing); trying again in %.1f s",
                     self.name,
                     self.address,
                     delay,

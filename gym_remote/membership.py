@@ -242,6 +242,7 @@ class Membership:
         self.clients: dict[bytes, ClientInfo] = {}
         self.waiting: dict[bytes, _Waiter] = {}
         self.slot_epochs = [0] * num_envs
+        self.slot_losses = [0] * num_envs  # memberships of each slot that ended in a loss
         self.empty_since = [time.monotonic()] * num_envs
         self.observation_space: gym.Space | None = None
         self.action_space: gym.Space | None = None
@@ -408,6 +409,7 @@ class Membership:
             if self.slots[slot] is client:
                 self.slots[slot] = None
                 self.empty_since[slot] = now
+                self.slot_losses[slot] += 1
         return client
 
     def leave_line(self, identity: bytes) -> bool:
@@ -449,6 +451,23 @@ class Membership:
                 )
             rows.append(row)
         return rows
+
+    @property
+    def private(self) -> bool:
+        """Whether every slot is reserved for the clients the learner launched (it admits no one else)."""
+        return bool(self._reserved.all())
+
+    def waiting_clients(self) -> list[dict[str, Any]]:
+        """The clients in line, first first: ``name``, ``host``, ``pid``, ``num_envs``."""
+        return [
+            {
+                "name": str(waiter.hello.get("name", "?"))[:200],
+                "host": str(waiter.hello.get("host", "?"))[:200],
+                "pid": waiter.hello.get("pid") if type(waiter.hello.get("pid")) is int else 0,
+                "num_envs": waiter.hello.get("num_envs") if type(waiter.hello.get("num_envs")) is int else 0,
+            }
+            for waiter in self.waiting.values()
+        ]
 
     def summary(self) -> str:
         """What happened to the fleet since the start, in one line.

@@ -98,7 +98,7 @@ INDEX = np.dtype("<u2")
 
 
 class Kind(enum.IntEnum):
-    """Message kinds. Client to server: HELLO, BYE, RESULT, CALL_RESULT, ERROR; the rest server to client."""
+    """Message kinds. Client to server: HELLO, BYE, STATUS, RESULT, CALL_RESULT, ERROR; the rest server to client."""
 
     HELLO = 1
     WELCOME = 2
@@ -107,6 +107,8 @@ class Kind(enum.IntEnum):
     CLOSE = 5
     PING = 6
     EVICT = 7
+    STATUS = 8
+    STATUS_REPORT = 9
     RESET = 10
     STEP = 11
     CALL = 12

@@ -473,6 +473,7 @@ class GatePolicy:
         self._open: set[int] = set()
         self._buckets: dict[str, list[float]] = {}  # address -> [tokens, last refill]
         self._last_log: dict[str, float] = {}
+        self.closing = False  # the server is closing: every new handshake is refused for now (to try elsewhere)
 
     def connection_opened(self, connection: int) -> None:
         with self._lock:
@@ -507,7 +508,7 @@ class GatePolicy:
         status, text, user = self._decide(peer, mechanism, credentials)
         with self._lock:
             self._counts["accepted" if status == b"200" else text] += 1
-        if status != b"200":
+        if status != b"200" and not self.closing:  # (refusals while closing are expected: clients look elsewhere)
             self._log_denial(peer, text)
         return [version, request_id, status, text.encode(), user.encode() if status == b"200" else b"", b""]
 
@@ -516,6 +517,8 @@ class GatePolicy:
             connections = len(self._open)
         # Temporary refusals use status 500: for 300 libzmq sends the peer no ERROR and holds the
         # connection open until the handshake times out, which keeps a flood's connections alive.
+        if self.closing:
+            return b"500", "the server is closing", ""
         if connections > self.max_connections:
             return b"500", "too many connections", ""
         if not self._take_token(peer):

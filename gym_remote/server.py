@@ -41,6 +41,7 @@ import numpy as np
 
 from gym_remote import codec, protocol
 from gym_remote.errors import ProtocolError, RemoteEnvError, RemoteTimeoutError
+from gym_remote.fleet import FleetRecorder, fleet_report
 from gym_remote.links import Arrival, Broken, CutShort, LinkBroken, Message
 from gym_remote.links.channel import Channel, Listener, address_for
 from gym_remote.links.gate import Gatekeeper
@@ -83,6 +84,9 @@ logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
 """Longest a wait sleeps before it checks deadlines, probes members and polls the launcher."""
+
+STATUS_PER_SECOND = 10
+"""STATUS requests the server answers in a second at most (the others are dropped)."""
 
 REMIND_SECONDS = 30.0
 """While slots wait for clients, the learner says which, this often."""
@@ -233,6 +237,8 @@ class SlotServer:
         self.max_message_bytes = int(max_message_bytes)
         self.name = name
         self.started_at = time.monotonic()
+        self.fleet = FleetRecorder(num_envs)  # the vector env records its results; status reports read it
+        self._status_window: deque[float] = deque()  # when the STATUS requests of the last second came
         self.session = secrets.token_hex(16)
         self.launcher = launcher
         self.max_connections = int(max_connections) if max_connections is not None else 4 * num_envs + 64
@@ -273,6 +279,9 @@ class SlotServer:
             handshake_rate=handshake_rate,
             handshake_burst=num_envs,  # a whole fleet on one host (one address) joins at once
         )
+        # The data channel listens before the router binds a fixed endpoint: clients waiting for this learner (a
+        # fleet that keeps serving) connect the moment it binds, and must find the channel there already.
+        listener = self._listen_for_channels(reachable_endpoints(bind)) if data_plane and _fixed(bind) else None
         try:
             self.router = Router(
                 self.context,
@@ -284,21 +293,21 @@ class SlotServer:
                 tell_peer=_is_hello,
             )
         except OSError:
+            if listener is not None:
+                listener.close()
             self.gatekeeper.close()
             terminate(self.context)
             raise
         self.gatekeeper.start()
         self.addresses = reachable_endpoints(self.router.bound)
         self.address = self.addresses[0]  # the one to give to clients
-        listener = None
-        if data_plane:
-            try:
-                names = [address_for(address) for address in self.addresses]
-                listener = Listener(names, max_frame_bytes=self.max_message_bytes)
-            except OSError as error:  # e.g. the name is taken: another server binds this endpoint too
-                logger.warning(
-                    "no same-host data plane for %s (every message goes over ZeroMQ): %s", self.address, error
-                )
+        names = [address_for(address) for address in self.addresses]
+        if data_plane and (listener is None or listener.names != names):  # (a port or a host name resolved)
+            if listener is not None:
+                listener.close()
+            listener = self._listen_for_channels(self.addresses)
+            if listener is None:
+                logger.warning("no same-host data plane for %s (every message goes over ZeroMQ)", self.address)
         self.listener = listener
         self.mux = Multiplexer(self.router, listener)
         logger.info(
@@ -308,6 +317,15 @@ class SlotServer:
             num_envs,
             f"CURVE, {security.how}" if security is not None else "no authentication",
         )
+
+    def _listen_for_channels(self, addresses: list[str]) -> Listener | None:
+        """The data channel listener under the names of ``addresses`` (PROTOCOL.md §13.1), or None if a name is
+        taken (another server binds this endpoint too)."""
+        try:
+            return Listener([address_for(address) for address in addresses], max_frame_bytes=self.max_message_bytes)
+        except OSError as error:
+            logger.debug("cannot listen for data channels at %s: %s", addresses, error)
+            return None
 
     # -- slots -------------------------------------------------------------------------------------
 
@@ -711,6 +729,7 @@ class SlotServer:
         ``gone(client)`` tells of clients known to be dead already, which are not waited for. ``stop_clients``:
         the CLOSE tells clients that keep serving across runs to exit too (PROTOCOL.md §9).
         """
+        self.gatekeeper.policy.closing = True  # clients that keep serving must find the next learner, not this one
         clients = list(self.members.clients.values())
         close = protocol.message(Kind.CLOSE, {"stop": stop_clients}, seq=self.next_seq())
         waiting = set()
@@ -797,6 +816,8 @@ class SlotServer:
         if now - self._last_checks < POLL_SECONDS:
             return
         self._last_checks = now
+        slots = self.members.slots
+        self.fleet.sample(now, {slot: client.latency for slot, client in enumerate(slots) if client is not None})
         crowded = self._other_threads.crowded()
         if crowded is not None:  # (looked at even without a spin of its own: the commands tell clients that spin)
             self._spin.crowded = crowded
@@ -978,6 +999,9 @@ class SlotServer:
             self._on_start_failure(message)
             return
         message.skip_rest()
+        if kind == Kind.STATUS:
+            self._answer_status(identity, header.seq)
+            return
         if kind == Kind.BYE:
             if client is not None:
                 self.lose(client, LEFT, tell=False)
@@ -989,6 +1013,63 @@ class SlotServer:
         else:
             client.last_seen = time.monotonic()
             logger.debug("dropping a late %s (seq %d) from %s", kind_name(kind), header.seq, client.describe())
+
+    def _answer_status(self, identity: bytes, seq: int) -> None:
+        """STATUS_REPORT for a peer that asked (PROTOCOL.md §9.1); at most :data:`STATUS_PER_SECOND` a second."""
+        now = time.monotonic()
+        window = self._status_window
+        while window and now - window[0] >= 1.0:
+            window.popleft()
+        if len(window) >= STATUS_PER_SECOND:
+            logger.debug("dropping a STATUS request: more than %d this second", STATUS_PER_SECOND)
+            return
+        window.append(now)
+        if self.members.private:
+            self._try_send(
+                identity,
+                protocol.message(
+                    Kind.ERROR,
+                    {
+                        "type": "PermissionError",
+                        "message": "this server serves only the local clients it started itself; it reports to no one",
+                        "traceback": "",
+                        "index": None,
+                    },
+                    seq=seq,
+                ),
+            )
+            return
+        self._try_send(identity, protocol.message(Kind.STATUS_REPORT, self.status(now), seq=seq))
+
+    def status(self, now: float | None = None) -> dict[str, Any]:
+        """The fleet's status, as STATUS_REPORT carries it (PROTOCOL.md §9.1)."""
+        now = time.monotonic() if now is None else now
+        gate = self.gatekeeper.stats()
+        counts = dict(self.members.counts)
+        refused = {key.removeprefix("refused:"): value for key, value in counts.items() if key.startswith("refused:")}
+        for reason, count in gate["handshakes_denied"].items():
+            refused[f"handshake: {reason}"] = count
+        server = {
+            "server": self.name,
+            "protocol": protocol.PROTOCOL_VERSION,
+            "address": self.address,
+            "addresses": list(self.addresses),
+            "uptime": now - self.started_at,
+            "num_envs": self.num_envs,
+            "served": self.members.served,
+            "autoreset_mode": self.autoreset_mode.value,
+            "security": f"CURVE ({self.security.how})" if self.security is not None else "none",
+            "counts": counts,
+        }
+        return fleet_report(
+            server=server,
+            slots=self.members.stats(),
+            recorder=self.fleet,
+            losses=self.members.slot_losses,
+            waiting=self.members.waiting_clients(),
+            refused=refused,
+            now=now,
+        )
 
     def _on_start_failure(self, message: Message) -> None:
         """An ERROR from a peer that is not a member: a client whose envs failed to start."""
@@ -1085,6 +1166,7 @@ class SlotServer:
             self._leave_line(client.identity)
             return
         self.members.join(client)
+        self.fleet.forget_latencies(client.slots)
         self._attach(client)
         self._prepare_targets(client)
         logger.info(
@@ -1222,6 +1304,14 @@ _REPLY_KINDS = frozenset((Kind.RESULT, Kind.CALL_RESULT, Kind.ERROR))
 
 
 _PLANE_NAMES = {"zmq": "ZeroMQ", "uds": "its data channel", "shm": "its data channel and shared memory"}
+
+
+def _fixed(endpoint: str) -> bool:
+    """Whether ``endpoint`` names its port (or path) before it is bound: not ``tcp://host:*`` or ``tcp://host:0``."""
+    if endpoint.startswith("tcp://"):
+        port = endpoint.rsplit(":", 1)[-1]
+        return port.isdigit() and int(port) != 0
+    return "*" not in endpoint
 
 
 def _kind_of(header: bytes) -> int | None:

@@ -716,6 +716,7 @@ class RemoteVectorEnv(VectorEnv):
         batch = self._batch
         batch.gather()
         np.logical_or(batch.terminations, batch.truncations, out=self._autoreset_envs)
+        self._server.fleet.record(batch.rewards, self._autoreset_envs)
 
     # -- partial batches (EnvPool's send / recv) --------------------------------------------------
 
@@ -824,7 +825,9 @@ class RemoteVectorEnv(VectorEnv):
                 )
             size = min(self.batch_size, outstanding)
             if partial.table.ready_count() >= size:
-                return partial.take(size)
+                results = partial.take(size)
+                server.fleet.record(results[1], results[2] | results[3], results[4]["env_id"])
+                return results
             if time.monotonic() > deadline:
                 raise RemoteTimeoutError(
                     f"recv() timed out after {timeout:g} s: {partial.table.ready_count()} of the {size} results it "
@@ -1007,6 +1010,7 @@ class RemoteVectorEnv(VectorEnv):
         """
         call = _ResetCall(list(slots), set(slots), seed, options, what, drop_reports)
         self._drain_events()
+        self._server.fleet.restart(call.slots)
         if drop_reports:
             self._episodes.forget(call.remaining)
         self._send_resets(call)

@@ -55,6 +55,7 @@ ONE_PLANE_MODULES = {
     "test_sb3",
     "test_security_units",
     "test_shared",
+    "test_status",
     "test_soak",
     "test_structure",
     "test_test_vectors",

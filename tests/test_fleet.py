@@ -20,17 +20,23 @@ import pytest
 import gym_remote.server as server_module
 from gym_remote import RemoteTimeoutError, RemoteVectorEnv
 from gym_remote.cli import build_parser
+from gym_remote.links import shared
 from gym_remote.security import read_secret_file
 from tests.conftest import REPO_ROOT
 from tests.helpers import (
     GYM_REMOTE_SCRIPT,
     LoggedProcess,
     ThreadClient,
+    data_channel_name,
     finished,
     free_tcp_address,
+    listening,
     wait_for_listening,
     wait_until,
 )
+
+LOCAL_PLANE = "shm" if shared.AVAILABLE else "uds"
+"""The plane of a client on the learner's host (this test module runs over the default plane)."""
 
 
 def make_cartpole() -> gym.Env:
@@ -319,3 +325,43 @@ def test_a_learner_that_configures_no_logging_still_sees_a_loss(tmp_path, reaper
         r"^client 'local-1' \(slots 1\) is lost: .*; slots 1 wait for a client$", learner.stderr, re.MULTILINE
     ), str(learner)
     assert " INFO " not in learner.stderr and "joined" not in learner.stderr, str(learner)  # INFO stays quiet
+
+
+def test_a_client_on_the_learners_host_takes_the_data_channel_of_every_run_it_joins(stack, thread_clients):
+    """A keep-serving client reconnects the moment a new learner binds its address: the learner listens for data
+    channels before it binds, so the client never finds the endpoint without its channel (it served over ZeroMQ
+    when it came in between)."""
+    address = free_tcp_address()
+    keeper = None
+    planes = []
+    for run_number in range(4):
+        envs = RemoteVectorEnv(num_envs=2, bind=address, connect_timeout=30)
+        try:
+            if keeper is None:
+                keeper = ThreadClient(address, [make_cartpole] * 2, keep_serving=True)
+                thread_clients.append(keeper)
+            envs.reset(seed=run_number)
+            envs.step(envs.action_space.sample())
+            planes.append({row["plane"] for row in envs.stats()})
+        finally:
+            envs.close(stop_clients=run_number == 3)
+    keeper.finish(15)
+    assert planes == [{LOCAL_PLANE}] * 4, planes
+
+
+@pytest.mark.parametrize("bind", ["tcp", "ipc"])
+def test_the_data_channel_listens_before_the_router_binds_a_fixed_endpoint(monkeypatch, tmp_path, bind):
+    """The ordering the test above relies on, checked at the moment it matters: when the router has bound (and a
+    waiting client may connect), the channel's name is taken already."""
+    address = free_tcp_address() if bind == "tcp" else f"ipc://{tmp_path}/learner"
+    seen = []
+
+    class Watched(server_module.Router):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen.append(listening(data_channel_name(address)))
+
+    monkeypatch.setattr(server_module, "Router", Watched)
+    envs = RemoteVectorEnv(num_envs=1, bind=address, connect_timeout=5)
+    envs.close()
+    assert seen == [True]

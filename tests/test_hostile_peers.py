@@ -531,7 +531,7 @@ def hostile_messages(draw) -> list[bytes]:
 
 
 STEP = "step"
-REPLY_KINDS = {Kind.ERROR, Kind.REFUSE, Kind.EVICT}
+REPLY_KINDS = {Kind.ERROR, Kind.REFUSE, Kind.EVICT, Kind.STATUS_REPORT}  # (any peer may ask for the status, §9.1)
 
 
 def test_fuzz_hostile_non_member_never_disturbs_the_honest_slots(stack, caplog):

@@ -1,0 +1,149 @@
+"""What the learner knows of its fleet, for ``gym-remote status`` (socket-free).
+
+:class:`FleetRecorder` keeps, per slot, the env-steps taken and the episodes finished with their returns
+(the vector env records every batch of results it returns), and samples once a second what rates and
+latencies need. :func:`fleet_report` puts that together with the membership (who serves which slot, who
+waits in line, who was refused) into the STATUS_REPORT value of PROTOCOL.md §9.1: plain JSON types only.
+
+>>> import numpy as np
+>>> recorder = FleetRecorder(2)
+>>> recorder.record(np.array([1.0, 2.0]), np.array([False, True]))
+>>> recorder.record(np.array([1.0, 2.0]), np.array([True, False]))
+>>> recorder.steps.tolist(), recorder.episodes.tolist(), recorder.return_sums.tolist()
+([2, 2], [1, 1], [2.0, 2.0])
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FleetRecorder", "fleet_report", "RATE_WINDOW_SECONDS"]
+
+SAMPLE_SECONDS = 1.0
+"""How often the recorder samples step counts and latencies."""
+
+RATE_WINDOW_SECONDS = 10.0
+"""Env-steps per second are measured over about this long."""
+
+LATENCY_SAMPLES = 60
+"""Latency samples kept per slot (one a second: the last minute)."""
+
+
+class FleetRecorder:
+    """Per slot: env-steps, finished episodes and their returns, and samples of rates and latencies.
+
+    ``record`` is on the step path: a few numpy operations on arrays of ``num_envs`` values.
+    """
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+        self.steps = np.zeros(num_envs, dtype=np.int64)
+        self.episodes = np.zeros(num_envs, dtype=np.int64)
+        self.return_sums = np.zeros(num_envs, dtype=np.float64)
+        self._returns = np.zeros(num_envs, dtype=np.float64)  # of the episodes under way
+        self._counts: deque[tuple[float, np.ndarray]] = deque()  # (time, steps) samples over the rate window
+        self._latencies: list[deque[float]] = [deque(maxlen=LATENCY_SAMPLES) for _ in range(num_envs)]
+        self._sampled_at = -SAMPLE_SECONDS
+
+    def record(self, rewards: np.ndarray, ended: np.ndarray, rows: Any = None) -> None:
+        """Results returned for the slots ``rows`` (all if None): one env-step each, with its reward; ``ended``
+        (terminated or truncated) marks the episodes that ended with it."""
+        if rows is None:
+            self.steps += 1
+            self._returns += rewards
+        else:
+            self.steps[rows] += 1
+            self._returns[rows] += rewards
+        if ended.any():
+            slots = np.flatnonzero(ended) if rows is None else np.asarray(rows)[ended]
+            self.episodes[slots] += 1
+            self.return_sums[slots] += self._returns[slots]
+            self._returns[slots] = 0.0
+
+    def restart(self, slots: Any) -> None:
+        """``slots`` start new episodes without ending the ones under way (a reset): their returns so far drop."""
+        self._returns[slots] = 0.0
+
+    def sample(self, now: float, latencies: dict[int, float | None]) -> None:
+        """At most every :data:`SAMPLE_SECONDS`: the step counts (for rates) and each served slot's latency."""
+        if now - self._sampled_at < SAMPLE_SECONDS:
+            return
+        self._sampled_at = now
+        self._counts.append((now, self.steps.copy()))
+        while len(self._counts) > 2 and now - self._counts[1][0] >= RATE_WINDOW_SECONDS:
+            self._counts.popleft()
+        for slot, latency in latencies.items():
+            if latency is not None:
+                self._latencies[slot].append(latency)
+
+    def forget_latencies(self, slots: Any) -> None:
+        """A new client serves ``slots``: the latencies of the one before do not describe it."""
+        for slot in np.atleast_1d(slots):
+            self._latencies[int(slot)].clear()
+
+    def rates(self, now: float) -> np.ndarray:
+        """Env-steps per second of each slot over the rate window (up to ``now``)."""
+        if not self._counts:
+            return np.zeros(self.num_envs)
+        since, counted = self._counts[0]
+        elapsed = now - since
+        if elapsed <= 0:
+            return np.zeros(self.num_envs)
+        return (self.steps - counted) / elapsed
+
+    def latency(self, slot: int) -> tuple[float | None, float | None]:
+        """The median and worst sampled latency of ``slot`` (seconds), or Nones without samples."""
+        samples = self._latencies[slot]
+        if not samples:
+            return None, None
+        return statistics.median(samples), max(samples)
+
+
+def fleet_report(
+    *,
+    server: dict[str, Any],
+    slots: list[dict[str, Any]],
+    recorder: FleetRecorder,
+    losses: list[int],
+    waiting: list[dict[str, Any]],
+    refused: dict[str, int],
+    now: float,
+) -> dict[str, Any]:
+    """The STATUS_REPORT value (PROTOCOL.md §9.1): ``server``'s own fields, then a row per slot (from the
+    membership's ``slots`` rows, with the recorder's figures and ``losses`` per slot), the clients ``waiting`` in
+    line, and the refusals by reason."""
+    rates = recorder.rates(now)
+    rows = []
+    for row in slots:
+        slot = row["slot"]
+        median, worst = recorder.latency(slot)
+        episodes = int(recorder.episodes[slot])
+        entry: dict[str, Any] = {
+            "slot": slot,
+            "served": bool(row["served"]),
+            "steps": int(recorder.steps[slot]),
+            "steps_per_second": float(rates[slot]),
+            "episodes": episodes,
+            "mean_return": float(recorder.return_sums[slot] / episodes) if episodes else None,
+            "losses": int(losses[slot]),
+        }
+        if row["served"]:
+            entry.update(
+                client=str(row["client"]),
+                host=str(row["host"]),
+                pid=int(row["pid"]),
+                plane=str(row["plane"]),
+                rejoins=int(row["rejoins"]),
+                last_seen=float(row["last_seen"]),
+                connected_for=float(row["connected_for"]),
+                latency_median=median,
+                latency_worst=worst,
+            )
+        else:
+            entry["empty_for"] = float(row["empty_for"])
+        rows.append(entry)
+    return {**server, "slots": rows, "waiting": waiting, "refused": refused}

@@ -1,0 +1,193 @@
+"""``gym-remote status``: ask a running learner for its fleet, over its own endpoint (PROTOCOL.md §9.1).
+
+:func:`query_status` connects as a client would (the same keys or secret), sends STATUS and returns the
+STATUS_REPORT's value; :func:`format_status` lays it out as a table for a terminal.
+
+Example (a learner listening on loopback)::
+
+    from gym_remote.status import format_status, query_status
+
+    print(format_status(query_status("tcp://127.0.0.1:5555")))
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from gym_remote import protocol
+from gym_remote.errors import JoinRefusedError, ProtocolError, RemoteTimeoutError
+from gym_remote.links.reach import why_unreachable
+from gym_remote.links.zeromq import ConnectionEvent, Dealer, new_context, terminate
+from gym_remote.protocol import Kind
+from gym_remote.security import KeySource, check_endpoint, client_security
+
+__all__ = ["query_status", "format_status"]
+
+HANDSHAKE_FAILURES = 3
+"""Handshakes the server cuts off in a row (a wrong key or secret) before a query gives up."""
+
+
+def query_status(
+    address: str,
+    *,
+    timeout: float = 10.0,
+    server_key: KeySource | None = None,
+    client_key: KeySource | None = None,
+    secret: str | bytes | None = None,
+) -> dict[str, Any]:
+    """The status of the learner at ``address``: the value of its STATUS_REPORT (PROTOCOL.md §9.1).
+
+    Raises:
+        RemoteTimeoutError: no answer within ``timeout`` seconds (no server there, or a learner that is not inside
+            a call: it answers while it steps).
+        JoinRefusedError: the server turned down the connection (wrong keys or secret, or none where it needs them).
+        PermissionError: the learner serves only the clients it launched, and reports to no one.
+    """
+    check_endpoint(address, "address")
+    security = client_security(server_key, client_key, secret)
+    context = new_context()
+    dealer = Dealer(
+        context, address, f"status-{uuid.uuid4().hex}".encode(), liveness_timeout=timeout, security=security
+    )
+    try:
+        seq = 1
+        dealer.send([protocol.pack_header(Kind.STATUS, seq)])
+        deadline = time.monotonic() + timeout
+        connected, cut = False, 0
+        while time.monotonic() < deadline:
+            for event, value in dealer.events():
+                if event is ConnectionEvent.HANDSHAKE_SUCCEEDED:
+                    connected = True
+                elif event is ConnectionEvent.HANDSHAKE_CUT:
+                    cut += 1
+                    if cut >= HANDSHAKE_FAILURES:
+                        raise JoinRefusedError(_refused(address, security is not None), code="handshake")
+                elif event is ConnectionEvent.HANDSHAKE_PROTOCOL or (
+                    event is ConnectionEvent.HANDSHAKE_AUTH and value not in (300, 500)
+                ):
+                    raise JoinRefusedError(_refused(address, security is not None), code="handshake")
+            dealer.flush()
+            received = dealer.receive(min(0.1, max(0.001, deadline - time.monotonic())))
+            if received is None:
+                continue
+            frame, cursor = received
+            header = protocol.parse_header(frame)
+            frames = cursor.rest()
+            if header.seq != seq:
+                continue
+            if header.kind == Kind.STATUS_REPORT:
+                report = protocol.read_value(frames)
+                if not isinstance(report, dict):
+                    raise ProtocolError(f"the server at {address} sent a STATUS_REPORT that is not a dict")
+                return report
+            if header.kind == Kind.ERROR:
+                error = protocol.read_value(frames) if header.flags & protocol.FLAG_VALUE else {}
+                message = error.get("message") if isinstance(error, dict) else None
+                raise PermissionError(f"the server at {address} refused the status request: {message}")
+        why = "" if connected else why_unreachable(address)
+        hint = (
+            f": {why}"
+            if why
+            else " (a learner answers while it is inside a call, a step or a reset: is it busy elsewhere?)"
+        )
+        raise RemoteTimeoutError(f"no status from a learner at {address} within {timeout:g} s{hint}")
+    finally:
+        dealer.close(linger=0)
+        terminate(context)
+
+
+def _refused(address: str, secured: bool) -> str:
+    if secured:
+        return (
+            f"the server at {address} refused the connection: does this hold the server's secret (--secret-file), or "
+            "its public key (--server-key) and an authorized client key (--client-key)?"
+        )
+    return f"the server at {address} requires authentication: give --secret-file, or --server-key and --client-key"
+
+
+def format_status(report: dict[str, Any]) -> str:
+    """A learner's status as a terminal table: a header, one row per slot, the clients in line.
+
+    >>> report = {"server": "gym_remote", "address": "tcp://10.0.0.5:5555", "uptime": 75.0, "num_envs": 1,
+    ...           "served": 1, "security": "none", "counts": {"joined": 1}, "waiting": [], "refused": {},
+    ...           "slots": [{"slot": 0, "served": True, "client": "sim-1", "host": "node", "pid": 7, "plane": "zmq",
+    ...                      "steps": 9000, "steps_per_second": 812.5, "episodes": 40, "mean_return": 22.5,
+    ...                      "losses": 0, "rejoins": 0, "last_seen": 0.01, "latency_median": 0.0009,
+    ...                      "latency_worst": 0.004}]}
+    >>> print(format_status(report))  # doctest: +NORMALIZE_WHITESPACE
+    gym_remote at tcp://10.0.0.5:5555: up 1m15s, 1 of 1 slots served, security none
+    clients: 1 joined, 0 rejoined, 0 lost, 0 left; refused: none; waiting in line: none
+    slot  client  host  pid  plane  env-steps/s  latency med/max  episodes  mean return  losses  rejoins  last seen
+    0     sim-1   node  7    zmq    812          0.9 / 4.0 ms     40        22.50        0       0        0.0 s
+    """
+    counts = report.get("counts", {})
+    refused = report.get("refused", {})
+    waiting = report.get("waiting", [])
+    lines = [
+        f"{report.get('server', '?')} at {report.get('address', '?')}: up {_duration(report.get('uptime', 0.0))}, "
+        f"{report.get('served', 0)} of {report.get('num_envs', 0)} slots served, security {report.get('security')}",
+        f"clients: {counts.get('joined', 0)} joined, {counts.get('rejoined', 0)} rejoined, {counts.get('lost', 0)} "
+        f"lost, {counts.get('left', 0)} left; refused: "
+        + (", ".join(f"{reason} {count}" for reason, count in sorted(refused.items())) or "none")
+        + "; waiting in line: "
+        + (", ".join(f"{w['name']!r} ({w['num_envs']} envs)" for w in waiting) or "none"),
+    ]
+    header = (
+        "slot",
+        "client",
+        "host",
+        "pid",
+        "plane",
+        "env-steps/s",
+        "latency med/max",
+        "episodes",
+        "mean return",
+        "losses",
+        "rejoins",
+        "last seen",
+    )
+    rows = [header]
+    for slot in report.get("slots", []):
+        mean = slot.get("mean_return")
+        common = (
+            f"{slot['steps_per_second']:,.0f}",
+            "",
+            str(slot["episodes"]),
+            f"{mean:.2f}" if mean is not None else "-",
+            str(slot["losses"]),
+        )
+        if slot.get("served"):
+            median, worst = slot.get("latency_median"), slot.get("latency_worst")
+            latency = f"{median * 1e3:.1f} / {worst * 1e3:.1f} ms" if median is not None else "-"
+            rows.append(
+                (
+                    str(slot["slot"]),
+                    str(slot["client"]),
+                    str(slot["host"]),
+                    str(slot["pid"]),
+                    str(slot["plane"]),
+                    common[0],
+                    latency,
+                    *common[2:],
+                    str(slot["rejoins"]),
+                    f"{slot['last_seen']:.1f} s",
+                )
+            )
+        else:
+            empty = f"(no client for {_duration(slot.get('empty_for', 0.0))})"
+            rows.append((str(slot["slot"]), empty, "", "", "", *common, "", ""))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
