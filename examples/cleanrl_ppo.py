@@ -10,8 +10,10 @@ script), the agent, then the loop of rollouts and updates. Needs torch
         # C++ CartPole: clients/cpp/build/gym_remote_cartpole_client tcp://127.0.0.1:5555 --num-envs 4
 
 It prints the mean return of the last 20 episodes after every update; with the defaults it ended
-at 480 (seed 1) on a 2-core VM. For a script written for Gymnasium 0.29's info layout, see the
-``final_info_format="legacy"`` option of RemoteVectorEnv.
+at 480 (seed 1) on a 2-core VM. With ``--tensorboard runs/ppo`` (needs ``pip install tensorboard``) it
+also writes the training curves and, next to them, the fleet's figures (``fleet/...``: slots served,
+losses, rejoins, env-steps/s, step latency) to TensorBoard. For a script written for Gymnasium
+0.29's info layout, see the ``final_info_format="legacy"`` option of RemoteVectorEnv.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from torch import nn, optim
 from torch.distributions import Categorical
 
 from gym_remote import RemoteVectorEnv
+from gym_remote.fleet import fleet_summary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vf-coef", type=float, default=0.5)
     parser.add_argument("--max-grad-norm", type=float, default=0.5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--tensorboard", metavar="DIR", help="write the curves and the fleet's figures here")
     return parser.parse_args(argv)
 
 
@@ -108,6 +112,7 @@ def train(args: argparse.Namespace) -> float:
             action_space=reference.action_space,
             autoreset_mode="SameStep",
         )
+    remote = envs  # (for its fleet's figures)
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete actions"
 
@@ -124,6 +129,11 @@ def train(args: argparse.Namespace) -> float:
     dones = torch.zeros((args.num_steps, args.num_envs))
     values = torch.zeros((args.num_steps, args.num_envs))
 
+    writer = None
+    if args.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(args.tensorboard)
     returns_seen: deque[float] = deque(maxlen=20)
     global_step, started = 0, time.time()
     next_observation = torch.tensor(envs.reset(seed=args.seed)[0], dtype=torch.float32)
@@ -199,6 +209,11 @@ def train(args: argparse.Namespace) -> float:
                     optimizer.step()
 
             recent = float(np.mean(returns_seen)) if returns_seen else float("nan")
+            if writer is not None:
+                writer.add_scalar("charts/mean_return_last_20", recent, global_step)
+                writer.add_scalar("losses/value_loss", value_loss.item(), global_step)
+                for key, figure in fleet_summary(remote.status()).items():
+                    writer.add_scalar(f"fleet/{key}", figure, global_step)
             print(
                 f"step {global_step:>7d}  mean return (last {len(returns_seen)} episodes) {recent:7.1f}  "
                 f"{global_step / (time.time() - started):,.0f} steps/s",
@@ -206,6 +221,8 @@ def train(args: argparse.Namespace) -> float:
             )
     finally:
         envs.close()
+        if writer is not None:
+            writer.close()
     return float(np.mean(returns_seen)) if returns_seen else float("nan")
 
 

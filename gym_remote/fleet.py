@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FleetRecorder", "fleet_report", "RATE_WINDOW_SECONDS"]
+__all__ = ["FleetRecorder", "fleet_report", "fleet_summary", "RATE_WINDOW_SECONDS"]
 
 SAMPLE_SECONDS = 1.0
 """How often the recorder samples step counts and latencies."""
@@ -147,3 +147,40 @@ def fleet_report(
             entry["empty_for"] = float(row["empty_for"])
         rows.append(entry)
     return {**server, "slots": rows, "waiting": waiting, "refused": refused}
+
+
+def fleet_summary(report: dict[str, Any]) -> dict[str, float]:
+    """The fleet as a few numbers, from a status report (:func:`fleet_report`): what the SB3 callback and the
+    CleanRL example write to TensorBoard next to the training curves.
+
+    Keys: ``slots``, ``served``, ``waiting``, ``joined``, ``rejoined``, ``lost``, ``left``, ``refused``,
+    ``env_steps_per_second`` (all slots), ``step_latency_median_ms`` (the median of the slots' medians),
+    ``step_latency_worst_ms``, ``episodes``, ``mean_return`` (over every episode so far; NaN before the first).
+
+    >>> fleet_summary({"num_envs": 2, "served": 1, "waiting": [], "counts": {"joined": 2, "lost": 1}, "slots": [
+    ...     {"steps_per_second": 10.0, "episodes": 2, "mean_return": 3.0, "latency_median": 0.001,
+    ...      "latency_worst": 0.004},
+    ...     {"steps_per_second": 0.0, "episodes": 0, "mean_return": None}]})["mean_return"]
+    3.0
+    """
+    counts = report.get("counts", {})
+    slots = report.get("slots", [])
+    medians = [slot["latency_median"] for slot in slots if slot.get("latency_median") is not None]
+    worsts = [slot["latency_worst"] for slot in slots if slot.get("latency_worst") is not None]
+    episodes = sum(slot["episodes"] for slot in slots)
+    returns = sum(slot["mean_return"] * slot["episodes"] for slot in slots if slot["episodes"])
+    return {
+        "slots": float(report.get("num_envs", len(slots))),
+        "served": float(report.get("served", 0)),
+        "waiting": float(len(report.get("waiting", []))),
+        "joined": float(counts.get("joined", 0)),
+        "rejoined": float(counts.get("rejoined", 0)),
+        "lost": float(counts.get("lost", 0)),
+        "left": float(counts.get("left", 0)),
+        "refused": float(sum(value for key, value in counts.items() if key.startswith("refused:"))),
+        "env_steps_per_second": float(sum(slot["steps_per_second"] for slot in slots)),
+        "step_latency_median_ms": statistics.median(medians) * 1e3 if medians else float("nan"),
+        "step_latency_worst_ms": max(worsts) * 1e3 if worsts else float("nan"),
+        "episodes": float(episodes),
+        "mean_return": returns / episodes if episodes else float("nan"),
+    }

@@ -32,6 +32,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 try:
+    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
@@ -39,10 +40,11 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         " (install torch==2.13.0 or your own torch build first)"
     ) from error
 
+from gym_remote.fleet import fleet_summary
 from gym_remote.protocol import WRAPPERS_QUERY
 from gym_remote.vector_env import RemoteVectorEnv
 
-__all__ = ["RemoteVecEnv"]
+__all__ = ["RemoteVecEnv", "FleetCallback"]
 
 
 class RemoteVecEnv(VecEnv):
@@ -256,3 +258,32 @@ def _same(first: dict, second: dict) -> bool:
         return bool(first == second)
     except (ValueError, TypeError):
         return first is second
+
+
+class FleetCallback(BaseCallback):
+    """Writes the fleet's figures to the model's logger (so to TensorBoard, next to the training curves) at the
+    end of every rollout, under ``fleet/``: the keys of ``gym_remote.fleet.fleet_summary`` (slots served, clients
+    in line, joins, rejoins, losses, refusals, env-steps/s, step latency, episodes and mean return).
+
+    The model's env must be a :class:`RemoteVecEnv`, or SB3 wrappers around one (``VecMonitor``, ``VecNormalize``).
+
+    Example::
+
+        model = PPO("MlpPolicy", VecMonitor(RemoteVecEnv(envs=envs)), tensorboard_log="runs")
+        model.learn(100_000, callback=FleetCallback())
+    """
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        env = self.training_env
+        while not isinstance(env, RemoteVecEnv):
+            inner = getattr(env, "venv", None)
+            if inner is None:
+                raise TypeError(
+                    f"FleetCallback needs a RemoteVecEnv (or wrappers around one), not {type(env).__name__}"
+                )
+            env = inner
+        for key, value in fleet_summary(env.envs.status()).items():
+            self.logger.record(f"fleet/{key}", value)

@@ -238,6 +238,8 @@ class SlotServer:
         self.name = name
         self.started_at = time.monotonic()
         self.fleet = FleetRecorder(num_envs)  # the vector env records its results; status reports read it
+        self.published: dict[str, Any] | None = None  # the last status published for other threads (publish_status)
+        self._publishing = False
         self._status_window: deque[float] = deque()  # when the STATUS requests of the last second came
         self.session = secrets.token_hex(16)
         self.launcher = launcher
@@ -818,6 +820,8 @@ class SlotServer:
         self._last_checks = now
         slots = self.members.slots
         self.fleet.sample(now, {slot: client.latency for slot, client in enumerate(slots) if client is not None})
+        if self._publishing and (self.published is None or now - self.published["published_at"] >= 1.0):
+            self.published = {**self.status(now), "published_at": now}  # (replaced whole: readers never see a change)
         crowded = self._other_threads.crowded()
         if crowded is not None:  # (looked at even without a spin of its own: the commands tell clients that spin)
             self._spin.crowded = crowded
@@ -1040,6 +1044,12 @@ class SlotServer:
             )
             return
         self._try_send(identity, protocol.message(Kind.STATUS_REPORT, self.status(now), seq=seq))
+
+    def publish_status(self) -> None:
+        """From now on, publish the status in :attr:`published` once a second (while the learner is inside a call),
+        for a thread that serves it (``gym_remote.metrics``): it reads a finished report, never the server."""
+        self._publishing = True
+        self.published = {**self.status(), "published_at": time.monotonic()}
 
     def status(self, now: float | None = None) -> dict[str, Any]:
         """The fleet's status, as STATUS_REPORT carries it (PROTOCOL.md §9.1)."""

@@ -201,6 +201,7 @@ class RemoteVectorEnv(VectorEnv):
         self._step_call: Exchange | None = None
         self._reset_call: _ResetCall | None = None
         self._finalizer: weakref.finalize | None = None  # closes what a vector env dropped unclosed leaves
+        self._metrics: list[Any] = []  # the Prometheus endpoints of serve_metrics
 
         given = SecurityOptions(
             server_key=server_key,
@@ -477,6 +478,26 @@ class RemoteVectorEnv(VectorEnv):
                 index = client.launch_index
                 row["restarts"] = local.restarts[index] if index is not None and local is not None else 0
         return rows
+
+    def status(self) -> dict[str, Any]:
+        """The fleet's status, as ``gym-remote status --json`` shows it (PROTOCOL.md §9.1): per slot its client,
+        env-steps/s, step latency, episodes and mean return, losses and rejoins; the clients in line, the
+        refusals by reason, uptime. ``gym_remote.fleet.fleet_summary`` turns it into a few numbers."""
+        self._check_open()
+        return self._server.status()
+
+    def serve_metrics(self, port: int = 0, address: str = "127.0.0.1") -> int:
+        """Serve the fleet's figures for Prometheus at ``http://ADDRESS:PORT/metrics`` (``gym_remote.metrics``; the
+        ``metrics`` extra); returns the port (``0``: a free one). They are the status of :meth:`status`, refreshed
+        once a second while the vector env is inside a call; the endpoint closes with the vector env."""
+        self._check_open()
+        from gym_remote.metrics import MetricsEndpoint
+
+        server = self._server
+        server.publish_status()
+        endpoint = MetricsEndpoint(lambda: server.published, port, address)
+        self._metrics.append(endpoint)
+        return endpoint.port
 
     def server_stats(self) -> dict[str, Any]:
         """The server's side: who may connect and who tried.
@@ -908,6 +929,8 @@ class RemoteVectorEnv(VectorEnv):
             self._waiting_for = self._step_call = self._reset_call = None
         if self._finalizer is not None:
             self._finalizer.detach()
+        for endpoint in self._metrics:
+            endpoint.close()
         _release(self._server, self._launcher, timeout, stop_clients)
 
     # -- internals ---------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ ONE_PLANE_MODULES = {
     "test_examples",
     "test_fleet",
     "test_membership",
+    "test_metrics",
     "test_mux",
     "test_partial_state",
     "test_probe",

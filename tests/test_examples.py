@@ -12,10 +12,16 @@ from tests.conftest import REPO_ROOT, subprocess_env
 
 
 @pytest.mark.timeout(180)
-def test_cleanrl_ppo_trains_a_few_thousand_steps(reaper):
+def test_cleanrl_ppo_trains_a_few_thousand_steps(reaper, tmp_path):
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     script = REPO_ROOT / "examples" / "cleanrl_ppo.py"
+    board = tmp_path / "runs"
     process = reaper.popen(
-        [sys.executable, str(script), "--total-timesteps", "4096", "--num-envs", "4", "--num-clients", "2"],
+        [
+            sys.executable,
+            str(script),
+            *("--total-timesteps", "4096", "--num-envs", "4", "--num-clients", "2", "--tensorboard", str(board)),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -27,3 +33,9 @@ def test_cleanrl_ppo_trains_a_few_thousand_steps(reaper):
     assert len(updates) == 4096 // (4 * 128)
     final = float(output.strip().splitlines()[-1].rsplit(":", 1)[1])
     assert math.isfinite(final) and 9 <= final <= 500  # CartPole returns, from episodes that ended
+    events = event_accumulator.EventAccumulator(str(board))
+    events.Reload()
+    served = [event.value for event in events.Scalars("fleet/served")]
+    assert served == [4.0] * len(updates)  # the fleet's figures, at each update, next to the curves
+    assert len(events.Scalars("charts/mean_return_last_20")) == len(updates)
+    assert events.Scalars("fleet/episodes")[-1].value > 0

@@ -400,3 +400,25 @@ def test_vec_normalize_and_frame_stack_as_on_dummy_vec_env(adapters):
         run_side_by_side(dummy, remote, steps=60, seed=11)
     finally:
         dummy.close()
+
+
+def test_the_fleet_callback_writes_the_fleets_figures_to_tensorboard_during_a_ppo_run(tmp_path):
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from gym_remote.sb3 import FleetCallback
+
+    venv = VecMonitor(RemoteVecEnv([make_cartpole] * 2, num_clients=1))
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=128, batch_size=64, n_epochs=1, seed=0, tensorboard_log=str(tmp_path))
+        model.learn(total_timesteps=768, callback=FleetCallback())
+    finally:
+        venv.close()
+    (run,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    events = event_accumulator.EventAccumulator(str(run))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"fleet/served", "fleet/env_steps_per_second", "fleet/lost", "fleet/step_latency_median_ms"} <= tags, tags
+    assert "rollout/ep_rew_mean" in tags  # next to the training curves
+    served = [event.value for event in events.Scalars("fleet/served")]
+    assert len(served) == 3 and set(served) == {2.0}, served
+    assert [event.value for event in events.Scalars("fleet/lost")] == [0.0] * 3
+    assert events.Scalars("fleet/episodes")[-1].value > 0
