@@ -152,6 +152,15 @@ class ResultBatch:
             if final is not None:
                 self.slot_finals[slot] = final
 
+    def write_masked(self, slots: list[int]) -> None:
+        """The rows of ``slots``, which no client served in this step (``empty_slots="mask"``): reward 0, neither
+        terminated nor truncated, the observation they held, and ``unserved`` in their infos."""
+        self.rewards[slots] = 0.0
+        self.terminations[slots] = False
+        self.truncations[slots] = False
+        for slot in slots:
+            self.slot_infos[slot] = {**self.slot_infos.get(slot, {}), "unserved": True}
+
     def last_observation(self, slot: int) -> Any:
         """A copy of the last observation the batch holds for ``slot``."""
         if not self.is_array:

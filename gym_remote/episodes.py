@@ -47,6 +47,9 @@ class Episodes:
         self._lost: dict[int, str] = {}  # slot -> why its client was lost
         self._lost_client: dict[int, bytes | None] = {}  # slot -> the client whose loss that was
         self._reporting: set[int] = set()  # reports begun, waiting for a replacement's reset (SAME_STEP)
+        # SAME_STEP with empty_slots="mask": slots whose loss was reported without a replacement; a client that
+        # comes to serve one resets it before its first step
+        self.awaiting_reset: set[int] = set()
 
     @property
     def reset_replacements(self) -> bool:
@@ -89,6 +92,10 @@ class Episodes:
             self._lost_client.pop(slot, None)
             self._reporting.discard(slot)
 
+    def reset_done(self, slots: Iterable[int]) -> None:
+        """``slots`` were reset: none waits for a reset any more (see :attr:`awaiting_reset`)."""
+        self.awaiting_reset.difference_update(slots)
+
     def begin_reports(self, batch: ResultBatch, slots: Iterable[int] | None = None) -> list[int]:
         """Report the losses of ``slots`` (default: every unreported one) in ``batch``; the slots reported.
 
@@ -120,6 +127,16 @@ class Episodes:
         self._write(batch, slots)
         for slot, reason in again.items():
             self._lost[slot], self._lost_client[slot] = reason, reset_by[slot]
+
+    def report_without_replacement(self, batch: ResultBatch, slots: list[int]) -> None:
+        """Report the losses of ``slots`` now, with no replacement to reset them (``empty_slots="mask"``): in
+        SAME_STEP mode the last observation is ``final_obs`` and stays the row's observation, and the slot is
+        reset when a client serves it again (:attr:`awaiting_reset`)."""
+        batch.prepare_loss_reports(slots, self.reset_replacements)
+        self._reporting.difference_update(slots)
+        self._write(batch, slots)
+        if self.reset_replacements:
+            self.awaiting_reset.update(slots)
 
     def retry_reports(self, slots: Iterable[int]) -> None:
         """The replacement reset of ``slots`` failed: their losses are reported again, from the start, later."""

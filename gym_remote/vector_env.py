@@ -129,6 +129,14 @@ class RemoteVectorEnv(VectorEnv):
             ``infos["final_info"]``, an object array of per-env info dicts (None elsewhere), and its
             last observation as ``infos["final_observation"]``; every info key is batched without
             descending into dicts, as Gymnasium 0.29 did. New code should keep the default.
+        empty_slots: what :meth:`step` does for a slot without a client (its client was lost, no replacement
+            came yet): ``"wait"`` (default) waits for one, up to ``connect_timeout``; ``"mask"`` steps the
+            served slots and returns the empty ones masked: the step after the loss reports it once
+            (truncated, ``infos["client_lost"]``), then each row is reward 0, neither terminated nor truncated,
+            its last observation, ``infos["unserved"]`` (with its ``_unserved`` mask), until a client serves it
+            again, which starts it with a reset (NEXT_STEP: its autoreset step; SAME_STEP: a masked row holding
+            the reset observation). Masked rows are not transitions of any env: drop them from what you learn
+            from. Needs NEXT_STEP or SAME_STEP; ``reset()`` and calls still wait for every slot they reach.
         security: the security arguments above in one :class:`~gym_remote.security.SecurityOptions`
             (``server_key`` … ``max_message_bytes``), instead of as keyword arguments; kept as :attr:`security`.
         launcher: starts clients for the server form (``num_envs=``), e.g.
@@ -188,6 +196,7 @@ class RemoteVectorEnv(VectorEnv):
         spin: float | None = None,
         data_plane: bool | str | None = None,
         final_info_format: str = "gymnasium",
+        empty_slots: str = "wait",
         launcher: Launcher | None = None,
         security: SecurityOptions | None = None,
     ) -> None:
@@ -223,6 +232,8 @@ class RemoteVectorEnv(VectorEnv):
         self.num_envs = _checked_num_envs(env_fns, num_envs, observation_space, action_space)
         self.final_info_format = _checked_final_info_format(final_info_format, self.autoreset_mode)
         self.batch_size = _checked_batch_size(batch_size, self.num_envs, self.autoreset_mode)
+        self.empty_slots = _checked_empty_slots(empty_slots, self.autoreset_mode)
+        self._masked: list[int] = []  # the slots the step under way returns masked (empty_slots="mask")
         if env_fns is not None and launcher is not None:
             raise ValueError("give env_fns (local client processes) or a launcher, not both")
         self.timeout = _duration(timeout, "timeout")
@@ -655,12 +666,31 @@ class RemoteVectorEnv(VectorEnv):
             actions, self.num_envs, self._single_action_space, self._action_leaf_spaces, self._action_space
         )(commands.whole)
         self._batch.clear_infos()
-        stepped = self._wait_for_clients(self._episodes.still_running)
+        if self.empty_slots == "mask":
+            stepped, self._masked = self._served_slots()
+        else:
+            stepped = self._wait_for_clients(self._episodes.still_running)
         landing = self._batch.landing(arrivals=[])  # (slot, seq) of each result that lands
         self._step_call = self._server.start(
             self._server.members.clients_of(stepped), build, landing, reply_kind=Kind.RESULT, what="step"
         )
         self._waiting_for = "step"
+
+    def _served_slots(self) -> tuple[list[int], list[int]]:
+        """``empty_slots="mask"``: the slots to step now, those whose client is there, and the slots to return
+        masked. In SAME_STEP mode a slot whose loss was reported without a replacement is reset first when a
+        client serves it again: its row is then the reset, masked too."""
+        self._drain_events()
+        owners = self._server.members.slots
+        ready = sorted(slot for slot in self._episodes.awaiting_reset if owners[slot] is not None)
+        if ready:  # (an autoreset, which SyncVectorEnv calls without arguments)
+            self._reset_slots(ready, None, NO_OPTIONS, "the reset of a replacement client")
+            self._episodes.reset_done(ready)
+            owners = self._server.members.slots
+        running = self._episodes.still_running()
+        stepped = [slot for slot in running if owners[slot] is not None and slot not in ready]
+        masked = [slot for slot in running if owners[slot] is None or slot in ready]
+        return stepped, masked
 
     def _step_in_slabs(self, actions: Any) -> bool:
         """:meth:`step_async` for the common case, every slot served and stepped by members whose slabs take the
@@ -682,7 +712,8 @@ class RemoteVectorEnv(VectorEnv):
 
     def _fits_slabs(self, actions: Any, count: int) -> bool:
         """Whether ``actions`` may be written in the clients' slabs as they are: a numpy batch of ``count`` rows in
-        the single action space's own dtype (an array space), with no join, loss or loss report to take in first."""
+        the single action space's own dtype (an array space), with no join, loss, loss report or reset of a
+        replacement (``empty_slots="mask"``) to take in first."""
         shape = self._slab_action_shape
         return (
             shape is not None  # (first: numpy takes a dtype compared with None for float64)
@@ -691,6 +722,7 @@ class RemoteVectorEnv(VectorEnv):
             and actions.shape == (count, *shape[1:])
             and not self._server.has_events
             and not self._episodes.any_unreported
+            and not self._episodes.awaiting_reset
         )
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -735,9 +767,16 @@ class RemoteVectorEnv(VectorEnv):
             landed = {slot for slot, _ in exchange.sink.arrivals}
             self._report_lost_slots([slot for slot in range(self.num_envs) if slot not in landed])
         batch = self._batch
+        masked, self._masked = self._masked, []
+        if masked:
+            batch.write_masked(masked)
         batch.gather()
         np.logical_or(batch.terminations, batch.truncations, out=self._autoreset_envs)
-        self._server.fleet.record(batch.rewards, self._autoreset_envs)
+        if masked:
+            rows = np.setdiff1d(np.arange(self.num_envs), masked)
+            self._server.fleet.record(batch.rewards[rows], self._autoreset_envs[rows], rows)
+        else:
+            self._server.fleet.record(batch.rewards, self._autoreset_envs)
 
     # -- partial batches (EnvPool's send / recv) --------------------------------------------------
 
@@ -1100,6 +1139,12 @@ class RemoteVectorEnv(VectorEnv):
     def _report_lost_slots(self, slots: list[int]) -> None:
         """End the episodes of those of ``slots`` whose client was lost: truncated, ``client_lost`` in their infos."""
         lost = self._episodes.begin_reports(self._batch, slots)
+        if lost and self._episodes.reset_replacements and self.empty_slots == "mask":
+            owners = self._server.members.slots
+            alone = [slot for slot in lost if owners[slot] is None]  # no replacement to wait for: report now
+            if alone:
+                self._episodes.report_without_replacement(self._batch, alone)
+                lost = [slot for slot in lost if owners[slot] is not None]
         if not lost:
             return
         if self._episodes.reset_replacements:  # the next episode starts now, with a replacement
@@ -1331,6 +1376,14 @@ def _checked_final_info_format(final_info_format: str, autoreset_mode: Autoreset
             f"step: pass autoreset_mode='SameStep' too (got {autoreset_mode.value!r})"
         )
     return final_info_format
+
+
+def _checked_empty_slots(empty_slots: str, autoreset_mode: AutoresetMode) -> str:
+    if empty_slots not in ("wait", "mask"):
+        raise ValueError(f"empty_slots must be 'wait' or 'mask', got {empty_slots!r}")
+    if empty_slots == "mask" and autoreset_mode is AutoresetMode.DISABLED:
+        raise ValueError("empty_slots='mask' needs an autoreset mode (NEXT_STEP or SAME_STEP), not DISABLED")
+    return empty_slots
 
 
 def _checked_batch_size(batch_size: int | None, num_envs: int, autoreset_mode: AutoresetMode) -> int:

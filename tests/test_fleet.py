@@ -15,6 +15,7 @@ import threading
 import time
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import gym_remote.server as server_module
@@ -365,3 +366,89 @@ def test_the_data_channel_listens_before_the_router_binds_a_fixed_endpoint(monke
     envs = RemoteVectorEnv(num_envs=1, bind=address, connect_timeout=5)
     envs.close()
     assert seen == [True]
+
+
+# -- a learner that outlives a client --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_a_learner_that_masks_empty_slots_steps_the_served_ones_until_a_replacement_comes(stack, thread_clients, mode):
+    spaces = gym.make("CartPole-v1")
+    envs = RemoteVectorEnv(
+        num_envs=2,
+        autoreset_mode=mode,
+        empty_slots="mask",
+        connect_timeout=60,
+        observation_space=spaces.observation_space,
+        action_space=spaces.action_space,
+    )
+    stack.callback(envs.close)
+    stays = ThreadClient(envs.address, [make_cartpole])
+    thread_clients.append(stays)
+    wait_until(lambda: (envs._server.poll(), envs._server.members.served)[1] == 1, 20, "the first client")
+    leaves = ThreadClient(envs.address, [make_cartpole])
+    thread_clients.append(leaves)
+    twin = gym.vector.SyncVectorEnv([make_cartpole], autoreset_mode=mode)  # what slot 0 must return
+    stack.callback(twin.close)
+    envs.reset(seed=0)
+    twin.reset(seed=0)
+    rng = np.random.default_rng(0)
+
+    def step():
+        actions = rng.integers(0, 2, size=2)
+        started = time.monotonic()
+        result = envs.step(actions)
+        assert time.monotonic() - started < 5, "a step waited for the empty slot"
+        expected = twin.step(actions[:1])
+        for got, want in zip(result[:4], expected[:4], strict=True):
+            assert np.array_equal(got[0], want[0]), (got, want)  # the served slot is not disturbed
+        return result
+
+    for _ in range(5):
+        step()
+    leaves.client.stop()
+    leaves.join(10)
+    reported = None
+    for _ in range(20):  # the loss is seen within a step or two; it is reported once
+        obs, rewards, terminations, truncations, infos = step()
+        if truncations[1]:
+            reported = obs[1].copy()
+            assert infos["client_lost"][1] and rewards[1] == 0 and not terminations[1]
+            if mode == "SameStep":
+                assert np.array_equal(infos["final_obs"][1], reported)
+            break
+    assert reported is not None, "the loss of slot 1 was reported"
+    for _ in range(5):
+        obs, rewards, terminations, truncations, infos = step()
+        assert infos["unserved"][1] and infos["_unserved"][1] and not infos["_unserved"][0]
+        assert rewards[1] == 0 and not terminations[1] and not truncations[1]
+        assert np.array_equal(obs[1], reported), "a masked row keeps its last observation"
+    replacement = ThreadClient(envs.address, [make_cartpole])
+    thread_clients.append(replacement)
+    rows = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # masked rows until the replacement joins (it takes a moment)
+        obs, rewards, terminations, truncations, infos = step()
+        unserved = bool(infos.get("_unserved", np.zeros(2, bool))[1])
+        rows.append((unserved, float(rewards[1]), obs[1].copy()))
+        if len(rows) >= 2 and not unserved and rewards[1] == 1.0:
+            break
+        time.sleep(0.01)
+    served_again = next(index for index, (unserved, _, _) in enumerate(rows) if not unserved)
+    first = rows[served_again] if mode == "NextStep" else rows[served_again - 1]
+    assert first[1] == 0.0 and not np.array_equal(first[2], reported), "a replacement starts with a reset"
+    if mode == "SameStep":
+        assert rows[served_again - 1][0], "SAME_STEP: the reset row is masked"
+    assert rows[-1][1] == 1.0, "then the replacement's envs step"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"empty_slots": "skip"}, "empty_slots must be 'wait' or 'mask'"),
+        ({"empty_slots": "mask", "autoreset_mode": "Disabled"}, "empty_slots='mask' needs an autoreset mode"),
+    ],
+)
+def test_empty_slots_takes_wait_or_mask(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        RemoteVectorEnv(num_envs=1, **kwargs)
