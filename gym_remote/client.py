@@ -854,7 +854,7 @@ class EnvClient:
             return
         self._told_no_data_channel = True
         logger.log(
-            logging.WARNING if unexpected else logging.INFO, "client %s: %s; serving over ZeroMQ", self.name, reason
+            logging.WARNING if unexpected else logging.DEBUG, "client %s: %s; serving over ZeroMQ", self.name, reason
         )
 
     def _no_answer(self) -> RemoteTimeoutError:

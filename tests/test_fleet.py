@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import shlex
 import shutil
@@ -452,3 +453,83 @@ def test_a_learner_that_masks_empty_slots_steps_the_served_ones_until_a_replacem
 def test_empty_slots_takes_wait_or_mask(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         RemoteVectorEnv(num_envs=1, **kwargs)
+
+
+# -- the README's walkthrough on two machines -----------------------------------------------------------
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces ("machines") on a private /24 with no default route: the learner's at 10.213.10.1,
+    the envs' at 10.213.10.2. Torn down after the test."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 to make network namespaces")
+    tag = os.getpid() % 100000
+    learner, envs = f"gr-learner-{tag}", f"gr-envs-{tag}"
+    commands = [
+        ["ip", "netns", "add", learner],
+        ["ip", "netns", "add", envs],
+        ["ip", "link", "add", f"grl{tag}", "type", "veth", "peer", "name", f"gre{tag}"],
+        ["ip", "link", "set", f"grl{tag}", "netns", learner],
+        ["ip", "link", "set", f"gre{tag}", "netns", envs],
+    ]
+    for namespace, device, address in ((learner, f"grl{tag}", "10.213.10.1/24"), (envs, f"gre{tag}", "10.213.10.2/24")):
+        commands += [
+            ["ip", "netns", "exec", namespace, "ip", "addr", "add", address, "dev", device],
+            ["ip", "netns", "exec", namespace, "ip", "link", "set", device, "up"],
+            ["ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up"],
+        ]
+    try:
+        for command in commands:
+            subprocess.run(command, check=True, capture_output=True, timeout=10)
+        yield learner, envs
+    except subprocess.CalledProcessError as error:
+        pytest.skip(f"cannot make network namespaces: {error.stderr.decode(errors='replace').strip()}")
+    finally:
+        for namespace in (learner, envs):  # (deleting a namespace deletes its end of the veth pair)
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=10)
+
+
+def readme_commands(after: str) -> list[list[str]]:
+    """The commands of the README's first ```bash block after the text ``after`` (comments dropped)."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", readme[readme.index(after) :], re.DOTALL).group(1)
+    return [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+
+
+def test_the_readmes_walkthrough_across_two_machines_works_as_written(reaper, tmp_path, two_hosts):
+    learner_host, envs_host = two_hosts
+    learner_dir, envs_dir = tmp_path / "learner", tmp_path / "envs"
+    learner_dir.mkdir()
+    envs_dir.mkdir()
+    make_secret, serve = readme_commands("shares a secret with its clients")
+    (client,) = readme_commands("On each env machine:")
+    readme = (REPO_ROOT / "README.md").read_text()
+    status = shlex.split(re.search(r"and from either, `(gym-remote status [^`]+)`", readme).group(1))
+
+    def on(host: str, directory, name: str, command: list[str]) -> LoggedProcess:
+        assert command[0] == "gym-remote", command
+        argv = ["ip", "netns", "exec", host, GYM_REMOTE_SCRIPT, *command[1:]]
+        return LoggedProcess(reaper, tmp_path, name, argv, cwd=str(directory))
+
+    assert on(learner_host, learner_dir, "secret", make_secret).wait(30) == 0
+    shutil.copy(learner_dir / "secret.txt", envs_dir / "secret.txt")  # "copy it to the env machines"
+    server = on(learner_host, learner_dir, "serve", serve)
+    wait_for_listening(server)
+    advertised = re.search(r"^listening on (tcp://\S+)", server.stdout, re.MULTILINE).group(1)
+    assert advertised == "tcp://10.213.10.1:5555", str(server)  # the learner's address, not loopback
+
+    def use(command: list[str]) -> list[str]:
+        return [advertised if arg == "tcp://10.0.0.5:5555" else arg for arg in command]
+
+    first = on(envs_host, envs_dir, "client-1", [*use(client), "--name", "first"])
+    wait_until(lambda: "4 of 8 slots served" in server.stderr, 30, "the first client to join")
+    shown = on(envs_host, envs_dir, "status", use(status))  # (the learner answers while it waits for slots)
+    assert shown.wait(30) == 0, str(shown)
+    assert re.search(r"^0\s+first\s", shown.stdout, re.MULTILINE) and "4 of 8 slots served" in shown.stdout
+    second = on(envs_host, envs_dir, "client-2", [*use(client), "--name", "second"])
+    assert server.wait(60) == 0, str(server)
+    assert re.search(r"^20000 steps in ", server.stdout, re.MULTILINE), str(server)
+    for each in (first, second):  # --keep-serving: they wait for the next run
+        wait_until(lambda each=each: "waiting for the next learner" in each.stderr, 15, "the run's end")
+        assert each.process.poll() is None, str(each)
