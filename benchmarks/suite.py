@@ -35,6 +35,7 @@ import zmq
 from common import Trainer, interleaved_medians, lock_step_rate
 from echo import echo_steps_per_second
 from pipe_workers import PipeWorkers
+from watched import WATCHERS, watched_makers
 
 from gym_remote import RemoteVectorEnv
 from gym_remote.links import channel
@@ -383,6 +384,18 @@ def scale_case(seconds: float, repeats: int, sizes: list[int]) -> Case:
     return case
 
 
+def watched(steps: int, repeats: int) -> Case:
+    """CartPole, 8 envs, one client: stepping while nobody watches, while ``gym-remote status`` asks every second,
+    while Prometheus scrapes every second (benchmarks/watched.py)."""
+    case = Case(
+        "watched", "CartPole-v1, 8 envs, a fleet of one client, watched from outside", "env-steps/s", "SyncVectorEnv"
+    )
+    measure = lock_step_rate(steps, max(20, steps // 10))
+    cases = {label: (make, measure) for label, make in watched_makers().items()}
+    case.medians = interleaved_medians(cases, repeats, runs=case.runs)
+    return case
+
+
 def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
     """The issue's targets, as ratios measured in this run."""
     found = []
@@ -461,6 +474,11 @@ def targets(cases: dict[str, Case]) -> list[dict[str, object]]:
         for label in [label for label in medians if label.startswith("CartPole") and "send/recv" in label]:
             lock_step = label.split(": ")[0] + ": lock-step step()"
             add(f"partial batches, {label} / lock-step", medians[label] / medians[lock_step], 1.0, lock_step)
+    if "watched" in cases:
+        medians = cases["watched"].medians
+        alone = next(label for label, watch in WATCHERS.items() if watch is None)
+        for label in [label for label, watch in WATCHERS.items() if watch is not None]:
+            add(f"{label} / nobody watching", medians[label] / medians[alone], 0.97, alone)
     if "scale" in cases:
         scaled = cases["scale"]
         cpu, join = scaled.details["learner CPU µs per message"], scaled.details["join seconds (slowest run)"]
@@ -545,7 +563,7 @@ def plot(cases: dict[str, Case], path: Path) -> bool:
     return True
 
 
-ALL_CASES = ("cartpole", "busy", "frames", "floor", "training", "scaling", "partial", "scale")
+ALL_CASES = ("cartpole", "busy", "frames", "floor", "training", "scaling", "partial", "scale", "watched")
 
 
 def main() -> None:
@@ -633,6 +651,7 @@ def main() -> None:
         "scaling": lambda: scaling(int(8000 * scale), repeats, sizes),
         "partial": lambda: partial(1.0 if args.quick else 3.0, repeats),
         "scale": lambda: scale_case(1.0 if args.quick else 3.0, repeats, [16] if args.quick else [16, 256, 1024]),
+        "watched": lambda: watched(int(40000 * scale), repeats),
     }
     cases: dict[str, Case] = {}
     for name in chosen:
