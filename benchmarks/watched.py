@@ -24,14 +24,15 @@ __all__ = ["watched_makers", "WATCHERS"]
 
 STATUS_EVERY_SECOND = """
 import sys, time
-from gym_remote.status import query_status
-while True:
-    started = time.monotonic()
-    try:
-        query_status(sys.argv[1], timeout=5)
-    except Exception:
-        pass
-    time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+from gym_remote.status import StatusClient
+with StatusClient(sys.argv[1]) as client:  # as gym-remote status --watch asks
+    while True:
+        started = time.monotonic()
+        try:
+            client.query(5)
+        except Exception:
+            pass
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
 """
 
 SCRAPE_EVERY_SECOND = """

@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 
 from gym_remote import __version__
-from gym_remote.errors import GymRemoteError
+from gym_remote.errors import GymRemoteError, RemoteTimeoutError
 
 __all__ = ["main", "build_parser", "make_env_fns"]
 
@@ -489,35 +489,30 @@ def _run_keygen(args: argparse.Namespace) -> int:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from gym_remote.status import format_status, query_status
+    from gym_remote.status import StatusClient, format_status
 
-    def ask() -> dict[str, Any]:
-        return query_status(
-            args.address,
-            timeout=args.timeout if args.timeout is not None else 3600.0,
-            server_key=args.server_key,
-            client_key=args.client_key,
-            secret=_secret(args),
-        )
-
-    if not args.watch:
-        report = ask()
-        print(json.dumps(report, indent=2) if args.json else format_status(report))
-        return EXIT_OK
-    try:
-        while True:
-            started = time.monotonic()
-            try:
-                text = format_status(ask())
-            except (GymRemoteError, PermissionError) as error:  # (a learner between runs answers again later)
-                text = f"gym-remote status: {error}"
-            stamp = time.strftime("%H:%M:%S")
-            sys.stdout.write(f"\x1b[H\x1b[2J{text}\n\n{stamp}, every {args.interval:g} s; Ctrl-C to stop\n")
-            sys.stdout.flush()
-            time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
-    except KeyboardInterrupt:  # the way out of --watch
-        sys.stdout.write("\n")
-        return EXIT_OK
+    timeout = args.timeout if args.timeout is not None else 3600.0
+    with StatusClient(
+        args.address, server_key=args.server_key, client_key=args.client_key, secret=_secret(args)
+    ) as client:
+        if not args.watch:
+            report = client.query(timeout)
+            print(json.dumps(report, indent=2) if args.json else format_status(report))
+            return EXIT_OK
+        try:
+            while True:
+                started = time.monotonic()
+                try:
+                    text = format_status(client.query(timeout))
+                except (RemoteTimeoutError, PermissionError) as error:  # (a learner between runs answers later)
+                    text = f"gym-remote status: {error}"
+                stamp = time.strftime("%H:%M:%S")
+                sys.stdout.write(f"\x1b[H\x1b[2J{text}\n\n{stamp}, every {args.interval:g} s; Ctrl-C to stop\n")
+                sys.stdout.flush()
+                time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
+        except KeyboardInterrupt:  # the way out of --watch
+            sys.stdout.write("\n")
+            return EXIT_OK
 
 
 def _run_secret(args: argparse.Namespace) -> int:

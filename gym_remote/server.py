@@ -818,8 +818,9 @@ class SlotServer:
         if now - self._last_checks < POLL_SECONDS:
             return
         self._last_checks = now
-        slots = self.members.slots
-        self.fleet.sample(now, {slot: client.latency for slot, client in enumerate(slots) if client is not None})
+        if self.fleet.due(now):
+            slots = self.members.slots
+            self.fleet.sample(now, {slot: client.latency for slot, client in enumerate(slots) if client is not None})
         if self._publishing and (self.published is None or now - self.published["published_at"] >= 1.0):
             self.published = {**self.status(now), "published_at": now}  # (replaced whole: readers never see a change)
         crowded = self._other_threads.crowded()

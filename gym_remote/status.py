@@ -23,7 +23,7 @@ from gym_remote.links.zeromq import ConnectionEvent, Dealer, new_context, termin
 from gym_remote.protocol import Kind
 from gym_remote.security import KeySource, check_endpoint, client_security
 
-__all__ = ["query_status", "format_status"]
+__all__ = ["query_status", "StatusClient", "format_status"]
 
 HANDSHAKE_FAILURES = 3
 """Handshakes the server cuts off in a row (a wrong key or secret) before a query gives up."""
@@ -39,35 +39,53 @@ def query_status(
 ) -> dict[str, Any]:
     """The status of the learner at ``address``: the value of its STATUS_REPORT (PROTOCOL.md §9.1).
 
+    One question on a connection of its own; :class:`StatusClient` asks again and again on one connection.
+
     Raises:
         RemoteTimeoutError: no answer within ``timeout`` seconds (no server there, or a learner that is not inside
             a call: it answers while it steps).
         JoinRefusedError: the server turned down the connection (wrong keys or secret, or none where it needs them).
         PermissionError: the learner serves only the clients it launched, and reports to no one.
     """
-    check_endpoint(address, "address")
-    security = client_security(server_key, client_key, secret)
-    context = new_context()
-    dealer = Dealer(
-        context, address, f"status-{uuid.uuid4().hex}".encode(), liveness_timeout=timeout, security=security
-    )
-    try:
-        seq = 1
+    with StatusClient(address, server_key=server_key, client_key=client_key, secret=secret) as client:
+        return client.query(timeout)
+
+
+class StatusClient:
+    """A connection to the learner at ``address`` that asks for its status as often as :meth:`query` is called
+    (``gym-remote status --watch``): one ZeroMQ context and handshake for all the questions."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        server_key: KeySource | None = None,
+        client_key: KeySource | None = None,
+        secret: str | bytes | None = None,
+    ) -> None:
+        check_endpoint(address, "address")
+        self.address = address
+        self._secured = server_key is not None or secret is not None
+        security = client_security(server_key, client_key, secret)
+        self._context = new_context()
+        identity = f"status-{uuid.uuid4().hex}".encode()
+        try:
+            self._dealer = Dealer(self._context, address, identity, liveness_timeout=10.0, security=security)
+        except BaseException:
+            terminate(self._context)
+            raise
+        self._seq = 0
+        self._connected = False
+        self._cut = 0
+
+    def query(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The learner's status now (see :func:`query_status` for what it raises)."""
+        self._seq += 1
+        seq, dealer = self._seq, self._dealer
         dealer.send([protocol.pack_header(Kind.STATUS, seq)])
         deadline = time.monotonic() + timeout
-        connected, cut = False, 0
         while time.monotonic() < deadline:
-            for event, value in dealer.events():
-                if event is ConnectionEvent.HANDSHAKE_SUCCEEDED:
-                    connected = True
-                elif event is ConnectionEvent.HANDSHAKE_CUT:
-                    cut += 1
-                    if cut >= HANDSHAKE_FAILURES:
-                        raise JoinRefusedError(_refused(address, security is not None), code="handshake")
-                elif event is ConnectionEvent.HANDSHAKE_PROTOCOL or (
-                    event is ConnectionEvent.HANDSHAKE_AUTH and value not in (300, 500)
-                ):
-                    raise JoinRefusedError(_refused(address, security is not None), code="handshake")
+            self._check_connection()
             dealer.flush()
             received = dealer.receive(min(0.1, max(0.001, deadline - time.monotonic())))
             if received is None:
@@ -75,27 +93,48 @@ def query_status(
             frame, cursor = received
             header = protocol.parse_header(frame)
             frames = cursor.rest()
-            if header.seq != seq:
+            if header.seq != seq:  # (an answer to an earlier question that timed out)
                 continue
             if header.kind == Kind.STATUS_REPORT:
                 report = protocol.read_value(frames)
                 if not isinstance(report, dict):
-                    raise ProtocolError(f"the server at {address} sent a STATUS_REPORT that is not a dict")
+                    raise ProtocolError(f"the server at {self.address} sent a STATUS_REPORT that is not a dict")
                 return report
             if header.kind == Kind.ERROR:
                 error = protocol.read_value(frames) if header.flags & protocol.FLAG_VALUE else {}
                 message = error.get("message") if isinstance(error, dict) else None
-                raise PermissionError(f"the server at {address} refused the status request: {message}")
-        why = "" if connected else why_unreachable(address)
+                raise PermissionError(f"the server at {self.address} refused the status request: {message}")
+        why = "" if self._connected else why_unreachable(self.address)
         hint = (
             f": {why}"
             if why
             else " (a learner answers while it is inside a call, a step or a reset: is it busy elsewhere?)"
         )
-        raise RemoteTimeoutError(f"no status from a learner at {address} within {timeout:g} s{hint}")
-    finally:
-        dealer.close(linger=0)
-        terminate(context)
+        raise RemoteTimeoutError(f"no status from a learner at {self.address} within {timeout:g} s{hint}")
+
+    def _check_connection(self) -> None:
+        for event, value in self._dealer.events():
+            if event is ConnectionEvent.HANDSHAKE_SUCCEEDED:
+                self._connected = True
+                self._cut = 0
+            elif event is ConnectionEvent.HANDSHAKE_CUT:
+                self._cut += 1
+                if self._cut >= HANDSHAKE_FAILURES:
+                    raise JoinRefusedError(_refused(self.address, self._secured), code="handshake")
+            elif event is ConnectionEvent.HANDSHAKE_PROTOCOL or (
+                event is ConnectionEvent.HANDSHAKE_AUTH and value not in (300, 500)
+            ):
+                raise JoinRefusedError(_refused(self.address, self._secured), code="handshake")
+
+    def close(self) -> None:
+        self._dealer.close(linger=0)
+        terminate(self._context)
+
+    def __enter__(self) -> StatusClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _refused(address: str, secured: bool) -> str:

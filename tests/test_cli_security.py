@@ -231,6 +231,8 @@ def test_serve_on_a_network_address_without_keys_exits_2(run, host):
         run, "serve", "--bind", f"tcp://{host}:{port}", "--num-envs", "1", "--steps", "10", "--no-progress"
     )
     assert_clean_failure(result, 2, "gym-remote: error:", "insecure", "server_key")
+    for option in ("--server-key", "--authorized-keys", "--secret-file", "--insecure"):  # the CLI's own words too
+        assert option in result.stderr, (option, str(result))
     assert "listening on" not in result.stdout, result
 
 

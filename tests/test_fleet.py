@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+import gym_remote
 import gym_remote.server as server_module
 from gym_remote import RemoteTimeoutError, RemoteVectorEnv
 from gym_remote.cli import build_parser
@@ -57,6 +58,12 @@ def test_a_learner_without_a_connect_timeout_waits_for_its_clients_however_long(
     obs, _ = envs.reset(seed=0)
     assert time.monotonic() - started >= 1.4 and obs.shape == (2, 4)
     envs.step(envs.action_space.sample())
+
+
+def test_the_package_namespace_shows_its_api_not_its_imports():
+    names = dir(gym_remote)
+    assert "annotations" not in names and "logging" not in names
+    assert {"RemoteVectorEnv", "EnvClient", "SecurityOptions"} <= set(names)
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0])
@@ -148,6 +155,7 @@ def test_the_learner_tells_the_story_of_its_fleet_one_line_each(run):
         re.MULTILINE,
     ), str(server)
     assert len([line for line in lines if "joined from" in line]) == 3, str(server)
+    assert "is lost" not in server.stderr, str(server)  # a client that left, and a normal close: no loss
     assert re.search(
         r"INFO server gym_remote closed after [\d.]+ s: told 2 client\(s\) the run is over; "
         r"3 clients joined, 0 lost, 1 left, 0 refused$",
