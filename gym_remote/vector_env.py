@@ -234,6 +234,7 @@ class RemoteVectorEnv(VectorEnv):
         self.batch_size = _checked_batch_size(batch_size, self.num_envs, self.autoreset_mode)
         self.empty_slots = _checked_empty_slots(empty_slots, self.autoreset_mode)
         self._masked: list[int] = []  # the slots the step under way returns masked (empty_slots="mask")
+        self._unrecorded: Any = None  # the rows of the last step's results not yet in the fleet's figures
         if env_fns is not None and launcher is not None:
             raise ValueError("give env_fns (local client processes) or a launcher, not both")
         self.timeout = _duration(timeout, "timeout")
@@ -495,6 +496,7 @@ class RemoteVectorEnv(VectorEnv):
         env-steps/s, step latency, episodes and mean return, losses and rejoins; the clients in line, the
         refusals by reason, uptime. ``gym_remote.fleet.fleet_summary`` turns it into a few numbers."""
         self._check_open()
+        self._record_previous()
         return self._server.status()
 
     def serve_metrics(self, port: int = 0, address: str = "127.0.0.1") -> int:
@@ -662,6 +664,7 @@ class RemoteVectorEnv(VectorEnv):
             )
         if self._step_in_slabs(actions):
             return
+        self._record_previous()
         build = commands.step(
             actions, self.num_envs, self._single_action_space, self._action_leaf_spaces, self._action_space
         )(commands.whole)
@@ -675,6 +678,18 @@ class RemoteVectorEnv(VectorEnv):
             self._server.members.clients_of(stepped), build, landing, reply_kind=Kind.RESULT, what="step"
         )
         self._waiting_for = "step"
+
+    def _record_previous(self) -> None:
+        """Count the results the last lock-step step returned in the fleet's figures (``status()``), if not yet:
+        the batch holds them until the next results land."""
+        rows, self._unrecorded = self._unrecorded, None
+        if rows is None:
+            return
+        batch = self._batch
+        if rows is _EVERY_SLOT:
+            self._server.fleet.record(batch.rewards, self._autoreset_envs)
+        else:
+            self._server.fleet.record(batch.rewards[rows], self._autoreset_envs[rows], rows)
 
     def _served_slots(self) -> tuple[list[int], list[int]]:
         """``empty_slots="mask"``: the slots to step now, those whose client is there, and the slots to return
@@ -708,6 +723,7 @@ class RemoteVectorEnv(VectorEnv):
             return False
         self._step_call = exchange
         self._waiting_for = "step"
+        self._record_previous()  # (while the clients step: off the round trip's path)
         return True
 
     def _fits_slabs(self, actions: Any, count: int) -> bool:
@@ -772,11 +788,8 @@ class RemoteVectorEnv(VectorEnv):
             batch.write_masked(masked)
         batch.gather()
         np.logical_or(batch.terminations, batch.truncations, out=self._autoreset_envs)
-        if masked:
-            rows = np.setdiff1d(np.arange(self.num_envs), masked)
-            self._server.fleet.record(batch.rewards[rows], self._autoreset_envs[rows], rows)
-        else:
-            self._server.fleet.record(batch.rewards, self._autoreset_envs)
+        # the fleet's figures take these results in at the next call, while its STEP is out (_record_previous)
+        self._unrecorded = np.setdiff1d(np.arange(self.num_envs), masked) if masked else _EVERY_SLOT
 
     # -- partial batches (EnvPool's send / recv) --------------------------------------------------
 
@@ -791,6 +804,7 @@ class RemoteVectorEnv(VectorEnv):
             AlreadyPendingCallError: a ``*_async`` call is waiting, or slots still have actions in flight.
         """
         self._check_partial("async_reset")
+        self._record_previous()  # (partial batches land in the same batch)
         seed = self._seeds(seed)
         if options is not None and "reset_mask" in options:
             raise ValueError("async_reset() resets every slot; options['reset_mask'] is for reset()")
@@ -824,6 +838,7 @@ class RemoteVectorEnv(VectorEnv):
             ResetNeeded: no reset started the episodes yet (call :meth:`async_reset`).
         """
         self._check_partial("send")
+        self._record_previous()  # (partial batches land in the same batch)
         if not self._episodes.started:
             raise ResetNeeded("Calling `send` before the slots were reset: call async_reset() (or reset()) first")
         ids = _slot_numbers(env_id, self.num_envs, "env_id")
@@ -1072,6 +1087,7 @@ class RemoteVectorEnv(VectorEnv):
         """
         call = _ResetCall(list(slots), set(slots), seed, options, what, drop_reports)
         self._drain_events()
+        self._record_previous()  # (before a reset's results land over them)
         self._server.fleet.restart(call.slots)
         if drop_reports:
             self._episodes.forget(call.remaining)
@@ -1376,6 +1392,10 @@ def _checked_final_info_format(final_info_format: str, autoreset_mode: Autoreset
             f"step: pass autoreset_mode='SameStep' too (got {autoreset_mode.value!r})"
         )
     return final_info_format
+
+
+_EVERY_SLOT = slice(None)
+"""The rows of a step that returned every slot (see ``RemoteVectorEnv._record_previous``)."""
 
 
 def _checked_empty_slots(empty_slots: str, autoreset_mode: AutoresetMode) -> str:
