@@ -481,6 +481,7 @@ class EnvClient:
         self._max_message_bytes: int | None = None
         self._cut_handshakes = 0  # security handshakes the server cut off in a row
         self._denied_for_now = False  # the server's last answer to a handshake was "not now"
+        self._denials = 0  # such answers in a row
         self._join_timeout: float | None = connect_timeout
         self._lost_reason = ""  # why _serve counted the server as gone, for ClientLostError (": ..." or "")
         self.data_plane = data_plane_wanted(data_plane)
@@ -612,6 +613,7 @@ class EnvClient:
                 self._connected = True
                 self._cut_handshakes = 0
                 self._denied_for_now = False
+                self._denials = 0
             elif event is ConnectionEvent.HANDSHAKE_CUT:
                 self._cut_handshakes += 1
                 if self._cut_handshakes >= HANDSHAKE_FAILURES:
@@ -639,8 +641,10 @@ class EnvClient:
                         code="unauthorized",
                     )
                 self._denied_for_now = True
+                self._denials += 1
                 delay = random.uniform(0.5, 2.0)
-                logger.warning(
+                logger.log(
+                    logging.WARNING if self._denials >= 3 else logging.INFO,  # (a closing server says "not now" too)
                     "client %s: the server at %s is refusing connections for now (too many, too fast, or it is "
                     "closing); trying again in %.1f s",
                     self.name,

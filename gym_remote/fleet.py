@@ -3,8 +3,9 @@
 :class:`FleetRecorder` keeps, per slot, the env-steps taken and the episodes finished with their returns
 (the vector env records every batch of results it returns: a lock-step step's while the next step's commands
 are out, so that the counting costs the round trip nothing; ``envs.status()`` counts the last one first), and
-samples once a second what rates and latencies need. :func:`fleet_report` puts that together with the membership (who serves which slot, who
-waits in line, who was refused) into the STATUS_REPORT value of PROTOCOL.md §9.1: plain JSON types only.
+samples once a second what rates and latencies need. :func:`fleet_report` puts that together with the
+membership (who serves which slot, who waits in line, who was refused) into the STATUS_REPORT value of
+PROTOCOL.md §9.1: plain JSON types only.
 
 >>> import numpy as np
 >>> recorder = FleetRecorder(2)
