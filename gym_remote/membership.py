@@ -469,6 +469,11 @@ class Membership:
             for waiter in self.waiting.values()
         ]
 
+    def refused_by_code(self) -> dict[str, int]:
+        """The HELLOs refused for good since the start, by code (``"spaces"``, ``"full"`` ...), in code order."""
+        prefix = "refused:"
+        return {key[len(prefix) :]: count for key, count in sorted(self.counts.items()) if key.startswith(prefix)}
+
     def summary(self) -> str:
         """What happened to the fleet since the start, in one line.
 
@@ -478,9 +483,7 @@ class Membership:
         """
         counts = self.counts
         rejoined = f" ({counts['rejoined']} after losing their server)" if counts["rejoined"] else ""
-        refused = {
-            key.removeprefix("refused:"): value for key, value in sorted(counts.items()) if key.startswith("refused:")
-        }
+        refused = self.refused_by_code()
         by_code = f" ({', '.join(f'{code} {count}' for code, count in refused.items())})" if refused else ""
         return (
             f"{counts['joined']} clients joined{rejoined}, {counts['lost']} lost, {counts['left']} left, "

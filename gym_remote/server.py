@@ -711,7 +711,7 @@ class SlotServer:
         return {
             "address": self.address,
             "addresses": list(self.addresses),
-            "security": f"CURVE ({self.security.how})" if self.security is not None else "none",
+            "security": self._security_text(),
             **self.gatekeeper.stats(),
             "clients": len(self.members.clients),
             "waiting": len(self.members.waiting),
@@ -1030,19 +1030,8 @@ class SlotServer:
             return
         window.append(now)
         if self.members.private:
-            self._try_send(
-                identity,
-                protocol.message(
-                    Kind.ERROR,
-                    {
-                        "type": "PermissionError",
-                        "message": "this server serves only the local clients it started itself; it reports to no one",
-                        "traceback": "",
-                        "index": None,
-                    },
-                    seq=seq,
-                ),
-            )
+            text = "this server serves only the local clients it started itself; it reports to no one"
+            self._try_send(identity, _error_message(text, "PermissionError", seq))
             return
         self._try_send(identity, protocol.message(Kind.STATUS_REPORT, self.status(now), seq=seq))
 
@@ -1057,7 +1046,7 @@ class SlotServer:
         now = time.monotonic() if now is None else now
         gate = self.gatekeeper.stats()
         counts = dict(self.members.counts)
-        refused = {key.removeprefix("refused:"): value for key, value in counts.items() if key.startswith("refused:")}
+        refused = self.members.refused_by_code()
         for reason, count in gate["handshakes_denied"].items():
             refused[f"handshake: {reason}"] = count
         server = {
@@ -1069,7 +1058,7 @@ class SlotServer:
             "num_envs": self.num_envs,
             "served": self.members.served,
             "autoreset_mode": self.autoreset_mode.value,
-            "security": f"CURVE ({self.security.how})" if self.security is not None else "none",
+            "security": self._security_text(),
             "counts": counts,
         }
         return fleet_report(
@@ -1081,6 +1070,9 @@ class SlotServer:
             refused=refused,
             now=now,
         )
+
+    def _security_text(self) -> str:
+        return f"CURVE ({self.security.how})" if self.security is not None else "none"
 
     def _on_start_failure(self, message: Message) -> None:
         """An ERROR from a peer that is not a member: a client whose envs failed to start."""
@@ -1338,5 +1330,7 @@ def _is_hello(header: bytes) -> bool:
 _HELLO = int(Kind.HELLO)
 
 
-def _error_message(text: str) -> list[Any]:
-    return protocol.message(Kind.ERROR, {"type": "ProtocolError", "message": text, "traceback": "", "index": None})
+def _error_message(text: str, kind: str = "ProtocolError", seq: int = 0) -> list[Any]:
+    """An ERROR from the server (PROTOCOL.md §8): an exception type's name ``kind``, ``text``, for ``seq``."""
+    value = {"type": kind, "message": text, "traceback": "", "index": None}
+    return protocol.message(Kind.ERROR, value, seq=seq)
