@@ -21,7 +21,7 @@ T Get(std::string_view frame, std::size_t offset) {
 
 bool KnownKind(std::uint8_t kind) {
   switch (kind) {
-    case 1: case 2: case 3: case 4: case 5: case 6: case 7:
+    case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8: case 9:
     case 10: case 11: case 12: case 13: case 20: case 21: case 22: return true;
     default: return false;
   }
@@ -40,6 +40,8 @@ std::string KindName(std::uint8_t kind) {
     case 5: return "CLOSE";
     case 6: return "PING";
     case 7: return "EVICT";
+    case 8: return "STATUS";
+    case 9: return "STATUS_REPORT";
     case 10: return "RESET";
     case 11: return "STEP";
     case 12: return "CALL";

@@ -30,6 +30,8 @@ enum class MessageKind : std::uint8_t {
   kClose = 5,
   kPing = 6,
   kEvict = 7,
+  kStatus = 8,         // C->S from a status peer (PROTOCOL.md §9.1); a client never receives it
+  kStatusReport = 9,
   kReset = 10,
   kStep = 11,
   kCall = 12,
