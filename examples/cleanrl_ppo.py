@@ -134,6 +134,7 @@ def train(args: argparse.Namespace) -> float:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(args.tensorboard)
+        remote.status()  # (the fleet's episodes count from its first status on)
     returns_seen: deque[float] = deque(maxlen=20)
     global_step, started = 0, time.time()
     next_observation = torch.tensor(envs.reset(seed=args.seed)[0], dtype=torch.float32)

@@ -9,6 +9,7 @@ PROTOCOL.md §9.1: plain JSON types only.
 
 >>> import numpy as np
 >>> recorder = FleetRecorder(2)
+>>> recorder.count_episodes(0.0)
 >>> recorder.record(np.array([1.0, 2.0]), np.array([False, True]))
 >>> recorder.record(np.array([1.0, 2.0]), np.array([True, False]))
 >>> recorder.steps.tolist(), recorder.episodes.tolist(), recorder.return_sums.tolist()
@@ -40,7 +41,8 @@ LATENCY_SAMPLES = 60
 class FleetRecorder:
     """Per slot: env-steps, finished episodes and their returns, and samples of rates and latencies.
 
-    ``record`` is on the step path: a few numpy operations on arrays of ``num_envs`` values.
+    ``record`` is on the step path: an integer per lock-step step, and once :meth:`count_episodes` was called a
+    few numpy operations on arrays of ``num_envs`` values.
     """
 
     def __init__(self, num_envs: int) -> None:
@@ -50,6 +52,7 @@ class FleetRecorder:
         self.episodes = np.zeros(num_envs, dtype=np.int64)
         self.return_sums = np.zeros(num_envs, dtype=np.float64)
         self._returns = np.zeros(num_envs, dtype=np.float64)  # of the episodes under way
+        self.episodes_since: float | None = None  # the server's uptime when episodes began to count (None: not yet)
         self._counts: deque[tuple[float, np.ndarray]] = deque()  # (time, steps) samples over the rate window
         self._latencies: list[deque[float]] = [deque(maxlen=LATENCY_SAMPLES) for _ in range(num_envs)]
         self._sampled_at = -SAMPLE_SECONDS
@@ -59,14 +62,26 @@ class FleetRecorder:
         """Env-steps each slot returned."""
         return self._slot_steps + self._every_slot_steps
 
+    def count_episodes(self, uptime: float) -> None:
+        """Count episodes and returns from now on (``uptime``: the server's, for :attr:`episodes_since`).
+
+        Until someone asks for the fleet's figures, the recorder counts only steps (an integer per lock-step
+        step): the episodes' bookkeeping costs a learner with two clients on two cores about 4 % of its steps."""
+        if self.episodes_since is None:
+            self.episodes_since = uptime
+
     def record(self, rewards: np.ndarray, ended: np.ndarray, rows: Any = None) -> None:
         """Results returned for the slots ``rows`` (all if None): one env-step each, with its reward; ``ended``
         (terminated or truncated) marks the episodes that ended with it."""
         if rows is None:
             self._every_slot_steps += 1
+            if self.episodes_since is None:
+                return
             _add(self._returns, rewards, out=self._returns)
         else:
             self._slot_steps[rows] += 1
+            if self.episodes_since is None:
+                return
             self._returns[rows] += rewards
         if _count_nonzero(ended):
             slots = np.flatnonzero(ended) if rows is None else np.asarray(rows)[ended]
@@ -131,7 +146,7 @@ def fleet_report(
     """The STATUS_REPORT value (PROTOCOL.md §9.1): ``server``'s own fields, then a row per slot (from the
     membership's ``slots`` rows, with the recorder's figures and ``losses`` per slot), the clients ``waiting`` in
     line, and the refusals by reason."""
-    rates = recorder.rates(now)
+    rates, steps = recorder.rates(now), recorder.steps
     rows = []
     for row in slots:
         slot = row["slot"]
@@ -140,7 +155,7 @@ def fleet_report(
         entry: dict[str, Any] = {
             "slot": slot,
             "served": bool(row["served"]),
-            "steps": int(recorder.steps[slot]),
+            "steps": int(steps[slot]),
             "steps_per_second": float(rates[slot]),
             "episodes": episodes,
             "mean_return": float(recorder.return_sums[slot] / episodes) if episodes else None,
@@ -161,7 +176,7 @@ def fleet_report(
         else:
             entry["empty_for"] = float(row["empty_for"])
         rows.append(entry)
-    return {**server, "slots": rows, "waiting": waiting, "refused": refused}
+    return {**server, "episodes_since": recorder.episodes_since, "slots": rows, "waiting": waiting, "refused": refused}
 
 
 def fleet_summary(report: dict[str, Any]) -> dict[str, float]:

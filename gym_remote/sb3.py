@@ -276,14 +276,19 @@ class FleetCallback(BaseCallback):
     def _on_step(self) -> bool:
         return True
 
+    def _on_training_start(self) -> None:
+        self._remote_vector_env().status()  # (episodes count from the first status on)
+
     def _on_rollout_end(self) -> None:
+        for key, value in fleet_summary(self._remote_vector_env().status()).items():
+            self.logger.record(f"fleet/{key}", value)
+
+    def _remote_vector_env(self) -> RemoteVectorEnv:
         env = self.training_env
         while not isinstance(env, RemoteVecEnv):
             inner = getattr(env, "venv", None)
             if inner is None:
-                raise TypeError(
-                    f"FleetCallback needs a RemoteVecEnv (or wrappers around one), not {type(env).__name__}"
-                )
+                name = type(env).__name__
+                raise TypeError(f"FleetCallback needs a RemoteVecEnv (or wrappers around one), not {name}")
             env = inner
-        for key, value in fleet_summary(env.envs.status()).items():
-            self.logger.record(f"fleet/{key}", value)
+        return env.envs

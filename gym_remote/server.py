@@ -1042,8 +1042,9 @@ class SlotServer:
         self.published = {**self.status(), "published_at": time.monotonic()}
 
     def status(self, now: float | None = None) -> dict[str, Any]:
-        """The fleet's status, as STATUS_REPORT carries it (PROTOCOL.md §9.1)."""
+        """The fleet's status, as STATUS_REPORT carries it (PROTOCOL.md §9.1); from the first one on, episodes count."""
         now = time.monotonic() if now is None else now
+        self.fleet.count_episodes(now - self.started_at)
         gate = self.gatekeeper.stats()
         counts = dict(self.members.counts)
         refused = self.members.refused_by_code()

@@ -151,19 +151,26 @@ def format_status(report: dict[str, Any]) -> str:
 
     >>> report = {"server": "gym_remote", "address": "tcp://10.0.0.5:5555", "uptime": 75.0, "num_envs": 1,
     ...           "served": 1, "security": "none", "counts": {"joined": 1}, "waiting": [], "refused": {},
+    ...           "episodes_since": 15.0,
     ...           "slots": [{"slot": 0, "served": True, "client": "sim-1", "host": "node", "pid": 7, "plane": "zmq",
     ...                      "steps": 9000, "steps_per_second": 812.5, "episodes": 40, "mean_return": 22.5,
     ...                      "losses": 0, "rejoins": 0, "last_seen": 0.01, "latency_median": 0.0009,
     ...                      "latency_worst": 0.004}]}
     >>> print(format_status(report))  # doctest: +NORMALIZE_WHITESPACE
     gym_remote at tcp://10.0.0.5:5555: up 1m15s, 1 of 1 slots served, security none
-    clients: 1 joined, 0 rejoined, 0 lost, 0 left; refused: none; waiting in line: none
+    clients: 1 joined, 0 rejoined, 0 lost, 0 left; refused: none; waiting in line: none; episodes for 1m00s
     slot  client  host  pid  plane  env-steps/s  latency med/max  episodes  mean return  losses  rejoins  last seen
     0     sim-1   node  7    zmq    812          0.9 / 4.0 ms     40        22.50        0       0        0.0 s
     """
     counts = report.get("counts", {})
     refused = report.get("refused", {})
     waiting = report.get("waiting", [])
+    since = report.get("episodes_since")
+    episodes = (
+        "episodes from this status on"
+        if since is None or report.get("uptime", 0.0) - since < 1.0
+        else f"episodes for {_duration(report.get('uptime', 0.0) - since)}"
+    )
     lines = [
         f"{report.get('server', '?')} at {report.get('address', '?')}: up {_duration(report.get('uptime', 0.0))}, "
         f"{report.get('served', 0)} of {report.get('num_envs', 0)} slots served, security {report.get('security')}",
@@ -171,7 +178,8 @@ def format_status(report: dict[str, Any]) -> str:
         f"lost, {counts.get('left', 0)} left; refused: "
         + (", ".join(f"{reason} {count}" for reason, count in sorted(refused.items())) or "none")
         + "; waiting in line: "
-        + (", ".join(f"{w['name']!r} ({w['num_envs']} envs)" for w in waiting) or "none"),
+        + (", ".join(f"{w['name']!r} ({w['num_envs']} envs)" for w in waiting) or "none")
+        + f"; {episodes}",
     ]
     header = (
         "slot",

@@ -28,6 +28,7 @@ from tests.helpers import GYM_REMOTE_SCRIPT, finished, free_tcp_address, wait_fo
 
 def test_the_recorder_counts_steps_episodes_and_returns_per_slot():
     recorder = FleetRecorder(3)
+    recorder.count_episodes(0.0)
     recorder.record(np.array([1.0, 1.0, 1.0]), np.array([False, False, True]))
     recorder.record(np.array([2.0, 0.5]), np.array([True, False]), rows=np.array([0, 2]))
     recorder.restart([1])  # a reset drops the return under way, and ends no episode
@@ -35,6 +36,19 @@ def test_the_recorder_counts_steps_episodes_and_returns_per_slot():
     assert recorder.steps.tolist() == [3, 2, 3]
     assert recorder.episodes.tolist() == [1, 1, 1]
     assert recorder.return_sums.tolist() == [3.0, 1.0, 1.0]
+
+
+def test_until_someone_asks_the_recorder_counts_only_steps():
+    recorder = FleetRecorder(2)
+    recorder.record(np.array([1.0, 1.0]), np.array([True, False]))
+    recorder.record(np.array([2.0]), np.array([True]), rows=np.array([1]))
+    assert recorder.episodes_since is None and recorder.steps.tolist() == [1, 2]
+    assert recorder.episodes.tolist() == [0, 0] and recorder.return_sums.tolist() == [0.0, 0.0]
+    recorder.count_episodes(12.5)
+    recorder.count_episodes(99.0)  # (counting began once)
+    recorder.record(np.array([3.0, 4.0]), np.array([True, True]))
+    assert recorder.episodes_since == 12.5 and recorder.episodes.tolist() == [1, 1]
+    assert recorder.return_sums.tolist() == [3.0, 4.0]
 
 
 def test_the_recorder_measures_rates_over_its_window_and_latencies_from_its_samples():
@@ -68,6 +82,7 @@ def test_an_empty_slot_is_shown_as_waiting_for_a_client():
     }
     text = format_status(report)
     assert "up 1h02m, 0 of 1 slots served" in text and "1 lost" in text
+    assert text.splitlines()[1].endswith("; episodes from this status on")
     assert "refused: spaces 2; waiting in line: 'big' (4 envs)" in text
     assert re.search(r"^0\s+\(no client for 1m01s\)\s+0\s+0\s+-\s+1$", text, re.MULTILINE), text
 
@@ -93,6 +108,8 @@ def serve_with_clients(run, address: str, *security: str, clients: tuple[tuple[s
 def test_status_shows_each_slots_client_and_figures_as_a_table_and_as_json(run, tmp_path, transport):
     address = free_tcp_address() if transport == "tcp" else f"ipc://{tmp_path}/learner"
     serve_with_clients(run, address, clients=((), ("--no-data-plane",)))
+    first = finished(run, "status", address, "--json", timeout=30)  # episodes count from the first status on
+    assert first.process.returncode == 0 and json.loads(first.stdout)["episodes_since"] is not None, str(first)
     time.sleep(2.5)  # some episodes end, rates and latencies get sampled
     shown = finished(run, "status", address, timeout=30)
     assert shown.process.returncode == 0, str(shown)
