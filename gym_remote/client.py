@@ -37,6 +37,8 @@ from gym_remote.errors import ClientLostError, EncodeError, JoinRefusedError, Pr
 from gym_remote.links import LinkBroken, Message, shared
 from gym_remote.links.channel import wanted as data_plane_wanted
 from gym_remote.links.connection import (
+    FOR_NOW_ZAP_STATUSES,
+    HANDSHAKE_FAILURES,
     PROTOCOL_ERROR_MECHANISM_MISMATCH,
     ConnectionEvent,
     ServerConnection,
@@ -74,9 +76,6 @@ UNREACHABLE_CHECK_SECONDS = 3.0
 
 UNREACHABLE_RECHECK_SECONDS = 30.0
 """How often it looks again while the server stays unreachable (it speaks again only if the cause changed)."""
-
-HANDSHAKE_FAILURES = 3
-"""Security handshakes the server cuts off in a row (the sign of a wrong server key) before giving up."""
 
 
 class EnvFailure(Exception):
@@ -480,8 +479,7 @@ class EnvClient:
         self._trusted = False
         self._max_message_bytes: int | None = None
         self._cut_handshakes = 0  # security handshakes the server cut off in a row
-        self._denied_for_now = False  # the server's last answer to a handshake was "not now"
-        self._denials = 0  # such answers in a row
+        self._denials = 0  # the server's answers "not now" to this client's handshakes, in a row
         self._join_timeout: float | None = connect_timeout
         self._lost_reason = ""  # why _serve counted the server as gone, for ClientLostError (": ..." or "")
         self.data_plane = data_plane_wanted(data_plane)
@@ -612,7 +610,6 @@ class EnvClient:
             elif event is ConnectionEvent.HANDSHAKE_SUCCEEDED:
                 self._connected = True
                 self._cut_handshakes = 0
-                self._denied_for_now = False
                 self._denials = 0
             elif event is ConnectionEvent.HANDSHAKE_CUT:
                 self._cut_handshakes += 1
@@ -634,13 +631,12 @@ class EnvClient:
             elif event is ConnectionEvent.HANDSHAKE_PROTOCOL:
                 raise JoinRefusedError(self._mismatch_message(value), code="handshake")
             elif event is ConnectionEvent.HANDSHAKE_AUTH:
-                if value not in (300, 500):  # temporary (too many connections, too fast): try again later
+                if value not in FOR_NOW_ZAP_STATUSES:
                     raise JoinRefusedError(
                         f"client {self.name}: the server at {self.address} does not accept this client's key "
                         f"(ZAP status {value}): is its public key among the server's authorized_keys?",
                         code="unauthorized",
                     )
-                self._denied_for_now = True
                 self._denials += 1
                 delay = random.uniform(0.5, 2.0)
                 logger.log(
@@ -692,7 +688,7 @@ class EnvClient:
             if received is None and self._connection_dropped():
                 # The server went away before it welcomed us (or while we waited in line): the HELLO went
                 # to the old server. Start over with a new session, once a server is there again.
-                if not self._denied_for_now:
+                if not self._denials:
                     logger.warning(
                         "client %s: the connection dropped before a WELCOME (the server restarted, or the HELLO "
                         "exceeds its message size limit); saying HELLO again",
@@ -819,7 +815,7 @@ class EnvClient:
             if self._connected:
                 self._unreachable = ""
                 return
-            if time.monotonic() >= check_at and not self._denied_for_now:
+            if time.monotonic() >= check_at and not self._denials:
                 self._tell_why_unreachable(deadline)
                 check_at = time.monotonic() + UNREACHABLE_RECHECK_SECONDS
             if self._stop.is_set():
@@ -862,7 +858,7 @@ class EnvClient:
         )
 
     def _no_answer(self) -> RemoteTimeoutError:
-        if self._denied_for_now:
+        if self._denials:
             return RemoteTimeoutError(
                 f"client {self.name}: the server at {self.address} kept refusing new connections (too many open "
                 "connections, or too many handshakes from this address) until the connect timeout"

@@ -283,7 +283,9 @@ class SlotServer:
         )
         # The data channel listens before the router binds a fixed endpoint: clients waiting for this learner (a
         # fleet that keeps serving) connect the moment it binds, and must find the channel there already.
-        listener = self._listen_for_channels(reachable_endpoints(bind)) if data_plane and _fixed(bind) else None
+        listener = None
+        if data_plane and _fixed(bind):
+            listener = self._listen_for_channels([address_for(address) for address in reachable_endpoints(bind)])
         try:
             self.router = Router(
                 self.context,
@@ -307,7 +309,7 @@ class SlotServer:
         if data_plane and (listener is None or listener.names != names):  # (a port or a host name resolved)
             if listener is not None:
                 listener.close()
-            listener = self._listen_for_channels(self.addresses)
+            listener = self._listen_for_channels(names)
             if listener is None:
                 logger.warning("no same-host data plane for %s (every message goes over ZeroMQ)", self.address)
         self.listener = listener
@@ -320,13 +322,13 @@ class SlotServer:
             f"CURVE, {security.how}" if security is not None else "no authentication",
         )
 
-    def _listen_for_channels(self, addresses: list[str]) -> Listener | None:
-        """The data channel listener under the names of ``addresses`` (PROTOCOL.md §13.1), or None if a name is
-        taken (another server binds this endpoint too)."""
+    def _listen_for_channels(self, names: list[bytes]) -> Listener | None:
+        """The data channel listener under ``names`` (PROTOCOL.md §13.1), or None if one is taken (another server
+        binds this endpoint too)."""
         try:
-            return Listener([address_for(address) for address in addresses], max_frame_bytes=self.max_message_bytes)
+            return Listener(names, max_frame_bytes=self.max_message_bytes)
         except OSError as error:
-            logger.debug("cannot listen for data channels at %s: %s", addresses, error)
+            logger.debug("cannot listen for data channels at %s: %s", names, error)
             return None
 
     # -- slots -------------------------------------------------------------------------------------

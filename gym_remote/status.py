@@ -19,14 +19,18 @@ from typing import Any
 from gym_remote import protocol
 from gym_remote.errors import JoinRefusedError, ProtocolError, RemoteTimeoutError
 from gym_remote.links.reach import why_unreachable
-from gym_remote.links.zeromq import ConnectionEvent, Dealer, new_context, terminate
+from gym_remote.links.zeromq import (
+    FOR_NOW_ZAP_STATUSES,
+    HANDSHAKE_FAILURES,
+    ConnectionEvent,
+    Dealer,
+    new_context,
+    terminate,
+)
 from gym_remote.protocol import Kind
 from gym_remote.security import KeySource, check_endpoint, client_security
 
 __all__ = ["query_status", "StatusClient", "format_status"]
-
-HANDSHAKE_FAILURES = 3
-"""Handshakes the server cuts off in a row (a wrong key or secret) before a query gives up."""
 
 
 def query_status(
@@ -122,7 +126,7 @@ class StatusClient:
                 if self._cut >= HANDSHAKE_FAILURES:
                     raise JoinRefusedError(_refused(self.address, self._secured), code="handshake")
             elif event is ConnectionEvent.HANDSHAKE_PROTOCOL or (
-                event is ConnectionEvent.HANDSHAKE_AUTH and value not in (300, 500)
+                event is ConnectionEvent.HANDSHAKE_AUTH and value not in FOR_NOW_ZAP_STATUSES
             ):
                 raise JoinRefusedError(_refused(self.address, self._secured), code="handshake")
 

@@ -20,6 +20,8 @@ from gym_remote.links import shared
 from gym_remote.links.base import LinkBroken, Message
 from gym_remote.links.channel import Channel, address_for, connect, new_token
 from gym_remote.links.zeromq import (
+    FOR_NOW_ZAP_STATUSES,
+    HANDSHAKE_FAILURES,
     PROTOCOL_ERROR_MECHANISM_MISMATCH,
     ConnectionEvent,
     Dealer,
@@ -31,6 +33,8 @@ from gym_remote.security import ClientSecurity
 __all__ = [
     "ServerConnection",
     "ConnectionEvent",
+    "FOR_NOW_ZAP_STATUSES",
+    "HANDSHAKE_FAILURES",
     "PROTOCOL_ERROR_MECHANISM_MISMATCH",
     "new_context",
     "terminate",

@@ -604,6 +604,13 @@ class ConnectionEvent(enum.Enum):
     HANDSHAKE_AUTH = "the server's ZAP handler refused the handshake"  # value: the ZAP status
 
 
+HANDSHAKE_FAILURES = 3
+"""Security handshakes a server cuts off in a row (the sign of a wrong server key or secret) before a peer gives up."""
+
+FOR_NOW_ZAP_STATUSES = frozenset((300, 500))
+"""ZAP statuses of a handshake refused for now (too many connections, too fast, a closing server): try again later;
+any other refusal is for good."""
+
 PROTOCOL_ERROR_MECHANISM_MISMATCH = int(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
 """The value of a failed handshake's event when one side uses CURVE and the other does not."""
 
