@@ -76,12 +76,13 @@ def assert_same_steps(
 def interrupt_at_call(number: int, interrupt: type[BaseException], within: str = "") -> Callable:
     """A trace function for ``sys.settrace`` that raises ``interrupt`` at the ``number``-th Python function entry
     (1-based), as a Ctrl-C that came there would; ``within``: count only functions whose file's path contains it
-    (e.g. ``"/gym_remote/"``: not a weak reference's callback, where Python ignores what is raised)."""
+    (e.g. ``"/gym_remote/"``: not a weak reference's callback, where Python ignores what is raised). Destructors
+    (``__del__``), where Python ignores it too, are never counted."""
     count = 0
 
     def trace(frame, event, arg):
         nonlocal count
-        if event == "call" and within in frame.f_code.co_filename:
+        if event == "call" and within in frame.f_code.co_filename and frame.f_code.co_name != "__del__":
             count += 1
             if count == number:
                 raise interrupt

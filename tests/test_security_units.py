@@ -5,6 +5,7 @@ ZeroMQ connections see them (CURVE and plain clients against a ROUTER whose ZAP 
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -43,7 +44,7 @@ from gym_remote.security import (
     server_security,
 )
 from gym_remote.vector_env import _security
-from tests.helpers import wait_until
+from tests.helpers import call_interrupted_at, wait_until
 
 LOGGER = "gym_remote.security"
 LONG_SECRET = "correct-horse-battery-staple-0123456789"
@@ -974,6 +975,33 @@ def test_gatekeeper_close_never_raises_right_after_peers_leave():
         if failure_text is not None:
             print(f"Gatekeeper.close() raised {failure_text} in cycle {cycles}")
             raise zmq.Again(f"Gatekeeper.close() raised {failure_text} in cycle {cycles}")
+
+
+def test_a_gatekeeper_close_interrupted_at_any_call_can_be_called_again():
+    """For every n: close() interrupted at its n-th Python call (threading's included, as a Ctrl-C there
+    would), then close() again: it returns within its bound, the thread has ended, and the context terminates."""
+    for number in range(1, 400):
+        context = zmq.Context()
+        gatekeeper = Gatekeeper(context, None, max_connections=1)
+        router = context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        gatekeeper.watch(router)
+        gatekeeper.start()
+        cut, _ = call_interrupted_at(number, KeyboardInterrupt, functools.partial(gatekeeper.close, router, 2.0))
+        closer = threading.Thread(target=gatekeeper.close, args=(router, 2.0), daemon=True)
+        closer.start()
+        closer.join(5)
+        assert not closer.is_alive(), f"interrupted at call {number}: close() again did not return"
+        gatekeeper._thread.join(5)
+        assert not gatekeeper._thread.is_alive(), f"interrupted at call {number}: the thread is still running"
+        router.close(0)
+        terminating = threading.Thread(target=context.term, daemon=True)
+        terminating.start()
+        terminating.join(10)
+        assert not terminating.is_alive(), f"interrupted at call {number}: context.term() hung"
+        if not cut:
+            break
+    assert not cut, "close() was never allowed to finish"
 
 
 # -- the Gatekeeper's ZAP socket, spoken to directly -----------------------------------------------------

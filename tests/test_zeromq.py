@@ -9,9 +9,11 @@ pyzmq's compiled send it can come before the frame is queued or after; a send th
 
 from __future__ import annotations
 
+import contextlib
 import select
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -28,24 +30,40 @@ class _Interrupt(BaseException):
     pass
 
 
-@pytest.fixture
-def router_and_dealer(tmp_path):
+@contextlib.contextmanager
+def _connected_pair(tmp_path, **router_options) -> Iterator[tuple[Router, zmq.Socket]]:
+    """A router and a dealer (routing id ``b"dealer"``) connected to it; both closed at the end."""
     context = zmq.Context()
-    router = Router(context, f"ipc://{tmp_path}/router", liveness_timeout=30, max_message_bytes=1 << 30)
+    address = f"ipc://{tmp_path}/router"
+    router = Router(context, address, liveness_timeout=30, **router_options)
     dealer = context.socket(zmq.DEALER)
     dealer.setsockopt(zmq.LINGER, 0)
     dealer.setsockopt(zmq.ROUTING_ID, b"dealer")
-    dealer.connect(f"ipc://{tmp_path}/router")
-    dealer.send(b"hello")
-    assert dealer.poll(10_000, zmq.POLLOUT)
-    assert router.socket.poll(10_000)
-    assert router.socket.recv_multipart() == [b"dealer", b"hello"]
+    dealer.connect(address)
     try:
         yield router, dealer
     finally:
         router.close()
         dealer.close(linger=0)
         context.term()
+
+
+@pytest.fixture
+def router_and_dealer(tmp_path):
+    """A router and a dealer whose connection it has taken a first message from."""
+    with _connected_pair(tmp_path, max_message_bytes=1 << 30) as (router, dealer):
+        dealer.send(b"hello")
+        assert dealer.poll(10_000, zmq.POLLOUT)
+        assert router.socket.poll(10_000)
+        assert router.socket.recv_multipart() == [b"dealer", b"hello"]
+        yield router, dealer
+
+
+@pytest.fixture
+def reading_router_and_dealer(tmp_path):
+    """A router that reads a HELLO whole (to learn its sender), and a dealer connected to it."""
+    with _connected_pair(tmp_path, max_message_bytes=1 << 20, tell_peer=lambda header: header == b"hello") as pair:
+        yield pair
 
 
 def test_a_send_interrupted_at_any_call_goes_out_whole_or_not_at_all(router_and_dealer):
@@ -281,6 +299,79 @@ def test_a_message_whose_routing_id_an_interrupt_took_is_reported_with_its_sende
     assert (arrival.identity, arrival.header, arrival.message.rest()) == (b"dealer", b"next", [b"whole"])
 
 
+class _ReceivesInterruptedAfterTaking:
+    """A socket whose receives numbered in ``numbers`` (counting from 1) raise :class:`_Interrupt` after taking
+    their frame, as pyzmq's compiled receive does when a signal came while it took it."""
+
+    def __init__(self, sock: zmq.Socket, numbers: set[int]) -> None:
+        self._sock, self._numbers, self.receives = sock, numbers, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._sock, name)
+
+    def _taken(self, result):
+        self.receives += 1
+        if self.receives in self._numbers:
+            raise _Interrupt
+        return result
+
+    def recv(self, *args, **kwargs):
+        return self._taken(self._sock.recv(*args, **kwargs))
+
+    def recv_into(self, *args, **kwargs):
+        return self._taken(self._sock.recv_into(*args, **kwargs))
+
+
+def test_receives_interrupted_after_taking_their_frames_never_hand_out_a_frame_as_a_message(
+    reading_router_and_dealer,
+):
+    """For every n and m: the n-th and m-th frames the router takes (the recovery from the first included) are
+    taken by receives an interrupt cuts short, while messages read frame by frame and read whole arrive. Every
+    message is handed out whole, from its sender, or reported cut short (never a frame of one as the start of
+    another, never from no sender), in order; a marker after them arrives whole (or, if it was cut short, the
+    next)."""
+    router, dealer = reading_router_and_dealer
+    sent = [[b"command", b"x", b"y", b"z"], [b"hello", b"a", b"b"], [b"command", b"w"], [b"hello", b"c"]]
+    real = router.socket
+    try:
+        for n in range(1, 16):
+            for m in [None, *range(n + 1, n + 6)]:
+                where = f"receives {n} and {m} interrupted"
+                for message in [*sent, [b"marker", f"{n} {m}".encode()]]:
+                    dealer.send_multipart(message)
+                router.socket = _ReceivesInterruptedAfterTaking(real, {n} if m is None else {n, m})
+                handed_out, deadline = [], time.monotonic() + 10
+                while not handed_out or handed_out[-1][0] != b"marker":
+                    assert time.monotonic() < deadline, f"{where}: the marker never came; got {handed_out}"
+                    try:
+                        event = router.receive()
+                        if event is None:
+                            if not real.poll(200):  # (the marker was cut short: another one)
+                                dealer.send_multipart([b"marker", b"again"])
+                            router.woke()
+                        elif isinstance(event, zeromq_link.CutShort):
+                            assert event.identity in (b"dealer", None), f"{where}: cut short {event}"
+                            assert event.header in (b"command", b"hello", b"marker", None), f"{where}: cut {event}"
+                        else:
+                            assert event.identity == b"dealer", f"{where}: a message from {event.identity}"
+                            handed_out.append([event.header, *event.message.rest()])
+                            router.consume()
+                    except _Interrupt:
+                        pass
+                whole = iter(sent)
+                assert all(message in whole for message in handed_out[:-1]), f"{where}: handed out {handed_out}"
+                assert handed_out[-1][0] == b"marker", f"{where}: handed out {handed_out}"
+                router.socket = real
+                while real.poll(20):  # (a marker sent while the first was still on its way)
+                    router.woke()
+                    event = router.receive()
+                    if event is not None:
+                        assert [event.header, *event.message.rest()] == [b"marker", b"again"], f"{where}: {event}"
+                        router.consume()
+    finally:
+        router.socket = real
+
+
 def test_a_send_on_the_router_ends_its_quiet(router_and_dealer):
     """A send on the router may process the socket's commands, the wake-up of a message that came meanwhile
     among them, so that the descriptor never wakes for that message: after a send, the router looks again."""
@@ -355,44 +446,33 @@ def test_a_message_handed_out_by_a_wait_is_handed_out_again_until_consumed(route
     assert second is not None and (second.header, second.message.rest()) == (b"second", [b"b"])
 
 
-def test_a_message_read_whole_that_an_interrupt_cuts_short_is_dropped_and_the_next_arrives_whole(tmp_path):
+def test_a_message_read_whole_that_an_interrupt_cuts_short_is_dropped_and_the_next_arrives_whole(
+    reading_router_and_dealer,
+):
     """A message whose sender the router learns (a HELLO) is read whole when its header comes. For every n: that
     read interrupted at its n-th Python call. The router hands the message out whole, or reports it cut short
     with its header (never its later frames as a message of their own); the next message arrives whole."""
-    context = zmq.Context()
-    address = f"ipc://{tmp_path}/whole"
-    router = Router(
-        context, address, liveness_timeout=30, max_message_bytes=1 << 20, tell_peer=lambda header: header == b"hello"
-    )
-    dealer = context.socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.setsockopt(zmq.ROUTING_ID, b"dealer")
-    dealer.connect(address)
-    try:
-        cuts = 0
-        for number in range(1, 200):
-            dealer.send_multipart([b"hello", b"a", b"b", b"c"])
-            dealer.send_multipart([b"next", str(number).encode()])
-            assert router.socket.poll(10_000)
-            router.woke()
-            _, first = call_interrupted_at(number, _Interrupt, router.receive)
-            if first is None:
-                first = _next_arrival(router)
-            if isinstance(first, zeromq_link.CutShort):
-                cuts += 1
-                assert first.header in (b"hello", None) and first.identity in (b"dealer", None), f"call {number}"
-            else:
-                assert first.header == b"hello" and first.message.rest() == [b"a", b"b", b"c"], f"call {number}"
-                router.consume()
-            following = _next_arrival(router)
-            assert (following.header, following.message.rest()) == (b"next", [str(number).encode()]), (
-                f"interrupted at call {number}: the next message came as {following}"
-            )
+    router, dealer = reading_router_and_dealer
+    cuts = 0
+    for number in range(1, 200):
+        dealer.send_multipart([b"hello", b"a", b"b", b"c"])
+        dealer.send_multipart([b"next", str(number).encode()])
+        assert router.socket.poll(10_000)
+        router.woke()
+        _, first = call_interrupted_at(number, _Interrupt, router.receive)
+        if first is None:
+            first = _next_arrival(router)
+        if isinstance(first, zeromq_link.CutShort):
+            cuts += 1
+            assert first.header in (b"hello", None) and first.identity in (b"dealer", None), f"call {number}"
+        else:
+            assert first.header == b"hello" and first.message.rest() == [b"a", b"b", b"c"], f"call {number}"
             router.consume()
-            if isinstance(first, zeromq_link.Arrival) and cuts and number > 20:
-                break
-        assert cuts >= 1
-    finally:
-        router.close()
-        dealer.close(linger=0)
-        context.term()
+        following = _next_arrival(router)
+        assert (following.header, following.message.rest()) == (b"next", [str(number).encode()]), (
+            f"interrupted at call {number}: the next message came as {following}"
+        )
+        router.consume()
+        if isinstance(first, zeromq_link.Arrival) and cuts and number > 20:
+            break
+    assert cuts >= 1

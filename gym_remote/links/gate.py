@@ -67,7 +67,9 @@ class Gatekeeper:
         self.policy = GatePolicy(
             authorized, max_connections=max_connections, handshake_rate=handshake_rate, handshake_burst=handshake_burst
         )
-        self._stopping = threading.Event()
+        # A flag, not a threading.Event: an interrupt can leave an Event's lock held (at the entry of the
+        # Python-level Condition.__exit__), and close() called again would wait for it forever.
+        self._stopping = False
         # Held by whoever uses the sockets (the thread while it polls, receives or replies; close() to close
         # them under a thread that is stuck elsewhere, in a key lookup say): never two threads in libzmq at once.
         self._sockets_lock = threading.RLock()
@@ -128,7 +130,7 @@ class Gatekeeper:
                 sock.disable_monitor()
             except zmq.ZMQError:
                 pass
-        self._stopping.set()
+        self._stopping = True
         if self._thread.is_alive():
             self._wake_thread()
             self._thread.join(timeout / 2)  # the other half: for its sockets' lock if it is stuck
@@ -181,7 +183,7 @@ class Gatekeeper:
         if self._monitor is not None:
             poller.register(self._monitor, zmq.POLLIN)
         try:
-            while not self._stopping.is_set():
+            while not self._stopping:
                 with self._sockets_lock:
                     if self._sockets_closed:  # by close(), while this thread was answering
                         return
@@ -197,7 +199,7 @@ class Gatekeeper:
                         return
                     self._zap.send_multipart(reply)
         except zmq.ZMQError as error:  # the context is being terminated
-            if not self._stopping.is_set():
+            if not self._stopping:
                 logger.error("the gatekeeper stopped: %s", error)
         finally:
             self._close_sockets()

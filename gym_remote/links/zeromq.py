@@ -454,7 +454,8 @@ class Router:
                 self._take_header()
                 return None
             if sock.get(RCVMORE):  # the routing id frame was taken and lost: the header frame names the sender
-                self._state = _Reading.HEADER  # (if this read is cut short too, the next recovery drops the rest)
+                self._header = None  # (the last message's: were this read cut short too, the next recovery drops
+                self._state = _Reading.HEADER  # the rest, rather than hand it out under that header)
                 frame = sock.recv(copy=False)
                 _drain(sock)
                 self._state = _Reading.IDLE
