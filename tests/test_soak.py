@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -207,6 +208,8 @@ def run_soak_process(reaper, tmp_path, seed: int) -> None:
     if code != 0:
         pytest.fail(f"the soak of seed {seed} failed (exit status {code}):\n{text[-60000:]}", pytrace=False)
     assert "soak passed" in text and "rows checked" in text, text[-3000:]
+    reports = re.search(r"status reports checked: (\d+)", text)
+    assert reports is not None and int(reports.group(1)) >= SOAK_SECONDS / 3, text[-3000:]  # (asked every 0.5-1.5 s)
 
 
 @pytest.mark.timeout(SOAK_SECONDS + 300)

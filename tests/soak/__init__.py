@@ -13,6 +13,8 @@ module each:
   interrupted, every result handed to the checker;
 * ``checker``: pure; what each slot may show next, and whether each loss is reported exactly once;
 * ``events``: the timestamped event log a failure prints;
+* ``watcher``: an operator's ``gym-remote status --watch``: the learner's status asked for about once a second
+  and each report checked (answered within 30 s, the slots and their clients, counts that never go down);
 * ``run``: setting up, the checks at the end (leftover processes, socket names, files, memory), the summary.
 
 What it decides, and why:

@@ -30,6 +30,7 @@ from tests.soak.events import EventLog, LibraryLog
 from tests.soak.learner import Learner, SoakFailure
 from tests.soak.schedule import KINDS, LIVENESS, NUM_ENVS, Parameters, fault_schedule, learner_rng, parameters
 from tests.soak.supervisor import FaultInjector, Supervisor, plane_for
+from tests.soak.watcher import StatusWatcher
 
 RSS_GROWTH_BASE, RSS_GROWTH_PER_HOUR = 16 * 2**20, 16 * 2**20
 """Bytes the learner's process may grow between the first measurement after the warm-up and the end: 16 MiB,
@@ -54,6 +55,8 @@ class Summary:
     rss: tuple[int, int] | None = None
     rss_bound: float = 0.0
     clients: dict[str, int] = field(default_factory=dict)
+    status_reports: int = 0
+    slowest_status: float = 0.0
 
     def lines(self) -> list[str]:
         faults = {**self.faults, "interrupt": sum(self.interrupts.values())}
@@ -67,6 +70,7 @@ class Summary:
             "worst latency: "
             + ", ".join(f"{k} {lat:.3f} s (bound {bound:.2f})" for k, (lat, bound) in sorted(self.worst.items())),
             "clients started: " + ", ".join(f"{k}={v}" for k, v in sorted(self.clients.items())),
+            f"status reports checked: {self.status_reports} (slowest answer {self.slowest_status:.2f} s)",
         ]
         if self.rss is not None and self.rss_growth is not None:
             out.append(
@@ -166,17 +170,20 @@ def run_soak(
     library.setLevel(logging.INFO)
     summary = Summary(seed)
     failure: str | None = None
-    envs = injector = supervisor = learner = None
+    envs = injector = supervisor = learner = watcher = None
     ipc_path = sockdir / "learner" if params.bind == "ipc" else None
     try:
-        envs, supervisor, injector, learner = _start(params, log, workdir, tmpdir, ipc_path, started, without, tolerate)
+        envs, supervisor, injector, learner, watcher = _start(
+            params, log, workdir, tmpdir, ipc_path, started, without, tolerate
+        )
         learner.run(seconds, warmup=min(20.0, seconds / 4))
     except BaseException as error:  # every failure, also Ctrl-C, ends with the seed and the log
         failure = "".join(traceback.format_exception_only(type(error), error)).strip()
         log.add("failure", failure)
         log.add("failure", traceback.format_exc().replace("\n", "\n" + " " * 31))
     finally:
-        problems = _finish(envs, supervisor, injector, ipc_path, tmpdir, shm_before, log, settled=failure is None)
+        problems = watcher.stop() if watcher is not None else []
+        problems += _finish(envs, supervisor, injector, ipc_path, tmpdir, shm_before, log, settled=failure is None)
         library.removeHandler(handler)
         library.setLevel(previous_level)
         tempfile.tempdir = previous_tmp
@@ -186,6 +193,8 @@ def run_soak(
         summary.clients = _client_counts(supervisor)
     if learner is not None:
         _fill(summary, learner)
+    if watcher is not None:
+        summary.status_reports, summary.slowest_status = watcher.reports, watcher.slowest
     summary.rss_bound = RSS_GROWTH_BASE + RSS_GROWTH_PER_HOUR * summary.seconds / 3600
     if summary.rss_growth is not None and summary.rss_growth > summary.rss_bound:
         problems.append(f"the learner's RSS grew by {summary.rss_growth / 2**20:.1f} MiB, more than its bound")
@@ -243,7 +252,9 @@ def _start(
     learner = Learner(envs, checker, injector, log, learner_rng(params.seed), started, "interrupt" not in without)
     learner.take_notes()
     injector.start()
-    return envs, supervisor, injector, learner
+    watcher = StatusWatcher(envs.address, supervisor, log, params.seed)
+    watcher.start()
+    return envs, supervisor, injector, learner, watcher
 
 
 def _finish(
