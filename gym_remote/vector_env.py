@@ -700,7 +700,6 @@ class RemoteVectorEnv(VectorEnv):
         ready = sorted(slot for slot in self._episodes.awaiting_reset if owners[slot] is not None)
         if ready:  # (an autoreset, which SyncVectorEnv calls without arguments)
             self._reset_slots(ready, None, NO_OPTIONS, "the reset of a replacement client")
-            self._episodes.reset_done(ready)
             owners = self._server.members.slots
         running = self._episodes.still_running()
         stepped = [slot for slot in running if owners[slot] is not None and slot not in ready]
@@ -822,6 +821,7 @@ class RemoteVectorEnv(VectorEnv):
         batch.truncations[:] = False
         self._autoreset_envs[:] = False
         self._episodes.forget(range(self.num_envs))
+        self._episodes.reset_done(range(self.num_envs))
         self._start_episodes()
         self._partial.reset_all(seed, options)
 
@@ -833,7 +833,8 @@ class RemoteVectorEnv(VectorEnv):
 
         Raises:
             ValueError: an id is out of range or repeated, a slot already has an action in flight or a
-                result :meth:`recv` has not returned, or the number of actions does not match.
+                result :meth:`recv` has not returned, or waits for a reset (its client was lost while
+                :meth:`step` masked it), or the number of actions does not match.
             AlreadyPendingCallError: a :meth:`step_async` or :meth:`reset_async` is waiting.
             ResetNeeded: no reset started the episodes yet (call :meth:`async_reset`).
         """
@@ -849,6 +850,13 @@ class RemoteVectorEnv(VectorEnv):
             raise ValueError(
                 f"send(): slots {protocol.format_slots(sorted(busy.tolist()))} already have an action in flight or a "
                 "result that recv() has not returned"
+            )
+        awaiting = sorted(self._episodes.awaiting_reset.intersection(ids.tolist()))
+        if awaiting:
+            raise ValueError(
+                f"send(): slots {protocol.format_slots(awaiting)} lost their clients while step() masked them "
+                "(empty_slots='mask') and wait for a reset: step() resets them once a client serves them, or reset "
+                "them yourself (async_reset(), or reset(options={'reset_mask': mask}))"
             )
         count, space = len(ids), self._single_action_space
         if self._fits_slabs(actions, count) and self._partial.send_in_slabs(ids.tolist(), actions):
@@ -1127,7 +1135,9 @@ class RemoteVectorEnv(VectorEnv):
                         self._server.abandon(exchange)  # (an interrupt as finish() was entered, before it could)
                         raise
                     finally:
-                        call.remaining.difference_update(slot for slot, _ in call.landed)
+                        reset = [slot for slot, _ in call.landed]
+                        call.remaining.difference_update(reset)
+                        self._episodes.reset_done(reset)
                         self._drain_events()
                 if not call.remaining:
                     return

@@ -18,6 +18,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import data_equivalence
 
 import gym_remote
 import gym_remote.server as server_module
@@ -449,6 +450,47 @@ def test_a_learner_that_masks_empty_slots_steps_the_served_ones_until_a_replacem
     if mode == "SameStep":
         assert rows[served_again - 1][0], "SAME_STEP: the reset row is masked"
     assert rows[-1][1] == 1.0, "then the replacement's envs step"
+
+
+def test_a_masked_slot_that_waits_for_a_reset_is_reset_once_by_the_users_reset(stack, thread_clients):
+    """SAME_STEP, empty_slots="mask": slot 1's loss is reported with no replacement, so it waits for a reset. A
+    replacement joins; send() to it is refused (it would step an env never reset); the user's reset() resets it,
+    and the steps after return what SyncVectorEnv returns from the same reset (no second, masked reset)."""
+    spaces = gym.make("CartPole-v1")
+    envs = RemoteVectorEnv(
+        num_envs=2,
+        autoreset_mode="SameStep",
+        empty_slots="mask",
+        connect_timeout=60,
+        observation_space=spaces.observation_space,
+        action_space=spaces.action_space,
+    )
+    stack.callback(envs.close)
+    thread_clients.append(ThreadClient(envs.address, [make_cartpole]))
+    wait_until(lambda: (envs._server.poll(), envs._server.members.served)[1] == 1, 20, "the first client")
+    leaves = ThreadClient(envs.address, [make_cartpole])
+    thread_clients.append(leaves)
+    envs.reset(seed=0)
+    leaves.client.stop()
+    leaves.join(10)
+    actions = np.array([0, 1])
+    for _ in range(40):
+        if envs.step(actions)[3][1]:
+            break
+    else:
+        pytest.fail("the loss of slot 1 was never reported")
+    thread_clients.append(ThreadClient(envs.address, [make_cartpole]))
+    wait_until(lambda: (envs._server.poll(), envs._server.members.served)[1] == 2, 20, "the replacement")
+    with pytest.raises(ValueError, match=re.escape("send(): slots 1 lost their clients while step() masked them")):
+        envs.send(np.array([1]), [1])
+    twin = gym.vector.SyncVectorEnv([make_cartpole, make_cartpole], autoreset_mode="SameStep")
+    stack.callback(twin.close)
+    assert data_equivalence(envs.reset(seed=7), twin.reset(seed=7))
+    rng = np.random.default_rng(0)
+    for step in range(30):
+        actions = rng.integers(0, 2, size=2)
+        got, want = envs.step(actions), twin.step(actions)
+        assert data_equivalence(got, want), f"step {step}: {got} != {want}"
 
 
 @pytest.mark.parametrize(
