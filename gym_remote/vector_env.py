@@ -851,7 +851,7 @@ class RemoteVectorEnv(VectorEnv):
                 f"send(): slots {protocol.format_slots(sorted(busy.tolist()))} already have an action in flight or a "
                 "result that recv() has not returned"
             )
-        awaiting = sorted(self._episodes.awaiting_reset.intersection(ids.tolist()))
+        awaiting = self._episodes.awaiting_reset and sorted(self._episodes.awaiting_reset.intersection(ids.tolist()))
         if awaiting:
             raise ValueError(
                 f"send(): slots {protocol.format_slots(awaiting)} lost their clients while step() masked them "
