@@ -19,7 +19,7 @@ import pytest
 from gym_remote.errors import ProtocolError
 from gym_remote.links import LinkBroken, channel, shared
 from gym_remote.links.channel import Channel, Listener
-from tests.helpers import call_interrupted_at, garbage_collection_paused
+from tests.helpers import call_interrupted_at, interrupts_at_random_moments
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -278,7 +278,7 @@ class _Interrupt(Exception):
 
 
 @pytest.mark.timeout(60, method="thread")  # the test uses SIGALRM itself
-@garbage_collection_paused()
+@interrupts_at_random_moments(_Interrupt)
 def test_sends_and_reads_interrupted_at_random_moments_lose_or_garble_nothing(pair):
     """Records of random sizes sent and read while a timer raises at random moments (microseconds apart), as
     Ctrl-C would at any bytecode: the channel never breaks, each record arrives whole and once, in order,

@@ -27,7 +27,7 @@ from gym_remote.links import shared
 from gym_remote.protocol import Kind
 from tests.envs import Counter, Napper
 from tests.envs.faults import make_action_digest
-from tests.helpers import call_interrupted_at, garbage_collection_paused
+from tests.helpers import call_interrupted_at, interrupts_at_random_moments
 
 pytestmark = pytest.mark.timeout(90, method="thread")  # the tests use SIGALRM themselves
 
@@ -200,7 +200,7 @@ def _reset_every_slot(envs: RemoteVectorEnv) -> None:
 
 @pytest.mark.timeout(120, method="thread")
 @pytest.mark.parametrize("batch_size", [1, 2], ids=["batches-of-1", "batches-of-2"])
-@garbage_collection_paused()
+@interrupts_at_random_moments()
 def test_interrupted_recvs_never_lose_a_reply(batch_size):
     """recv() interrupted at random moments (microseconds to milliseconds in, while replies of 320 KB
     arrive), hundreds of times, each followed by uninterrupted recv() calls: these never hang (a result
@@ -470,7 +470,7 @@ def test_a_step_cut_short_at_any_call_leaves_the_next_steps_their_own(plane, num
 
 
 @pytest.mark.timeout(120, method="thread")
-@garbage_collection_paused()
+@interrupts_at_random_moments()
 def test_steps_and_closes_interrupted_at_random_moments_leave_nothing_behind(caplog):
     """Vectors of two clients, each stepped with Ctrl-C at random moments (microseconds to
     milliseconds in, while replies of 320 KB arrive) and then closed with a Ctrl-C at a random moment too, then
