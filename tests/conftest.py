@@ -46,6 +46,7 @@ ONE_PLANE_MODULES = {
     "test_membership",
     "test_metrics",
     "test_mux",
+    "test_packaging",
     "test_partial_state",
     "test_probe",
     "test_protocol",
