@@ -247,7 +247,7 @@ def cpp_build() -> Path:
     """The C++ client (clients/cpp) built with CMake, once per test run: its build directory.
 
     Needs CMake, g++ and the Debian packages libzmq3-dev, cppzmq-dev, nlohmann-json3-dev and
-    libsodium-dev (.ci/run installs them).
+    libsodium-dev (./run-tests installs them).
     """
     build = CPP_CLIENT_SOURCE / "build"
     steps = (

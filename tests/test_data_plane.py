@@ -2,7 +2,7 @@
 peers that try to misuse it. Real processes, real sockets; the results are compared with SyncVectorEnv.
 
 The rest of the suite runs over whichever plane is the default (on, unless ``GYM_REMOTE_DATA_PLANE=off``);
-``.ci/run`` runs it both ways.
+The suite runs it both ways (``--data-plane all``, the default).
 """
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ def ask_while_stepping(envs, ask):
 # -- --watch in a real terminal -------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (./run-tests installs it)")
 def test_watch_redraws_the_table_in_a_terminal_until_ctrl_c(run, tmp_path):
     address = free_tcp_address()
     server = serve_with_clients(run, address)
