@@ -2,7 +2,7 @@
 
 Read it top to bottom: arguments, the vector env (the one line that differs from a SyncVectorEnv
 script), the agent, then the loop of rollouts and updates. Needs torch
-(``pip install "gymnasium-remote[examples]"``, after the torch build of your choice).
+(``pip install ".[examples]"`` from a clone, after the torch build of your choice).
 
     python examples/cleanrl_ppo.py                        # 500k steps, a minute or two on 2 cores
     python examples/cleanrl_ppo.py --total-timesteps 4096 # a quick look

@@ -1,4 +1,4 @@
-"""The fleet's figures for Prometheus (the ``metrics`` extra: ``pip install "gymnasium-remote[metrics]"``).
+"""The fleet's figures for Prometheus (the ``metrics`` extra: ``pip install ".[metrics]"`` from a clone).
 
 ``envs.serve_metrics(port)`` starts an HTTP endpoint (``/metrics``, Prometheus' text format) in a thread of
 prometheus-client's. It serves the status the learner published last (once a second, while the learner is
@@ -27,7 +27,9 @@ try:
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 except ImportError as error:  # pragma: no cover - the extra is missing
-    raise ImportError('gym_remote.metrics needs prometheus-client: pip install "gymnasium-remote[metrics]"') from error
+    raise ImportError(
+        'gym_remote.metrics needs prometheus-client: pip install prometheus-client (the "metrics" extra)'
+    ) from error
 
 __all__ = ["MetricsEndpoint", "FleetCollector"]
 

@@ -4,7 +4,7 @@ When one machine is not enough, Ray places the env clients across the cluster wi
 each needs, and restarts an actor whose process dies; the learner's RemoteVectorEnv gives the
 restarted client's envs the slots the dead one left (its episodes end with ``truncated`` and
 ``infos["client_lost"]``, as for any lost client). Needs the ``ray`` extra
-(``pip install "gymnasium-remote[ray]"``) and ``ray.init()`` before the vector env is built.
+(the ``ray`` extra: ``pip install ".[ray]"`` from a clone) and ``ray.init()`` before the vector env is built.
 
 Example (a local Ray instance)::
 
@@ -29,7 +29,7 @@ import gymnasium as gym
 try:
     import ray
 except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError('gym_remote.ray needs Ray: pip install "gymnasium-remote[ray]"') from error
+    raise ImportError('gym_remote.ray needs Ray: pip install "ray>=2.40" (the "ray" extra)') from error
 
 from gym_remote.client import EnvClient
 from gym_remote.launch import split_evenly

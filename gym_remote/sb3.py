@@ -4,7 +4,7 @@ SB3 2.x does not take a Gymnasium ``VectorEnv``; this adapter follows SB3's own 
 conventions instead: ``reset()`` returns only the observations (infos in ``reset_infos``), a
 finished env is reset in the same step, and ``infos`` is a list of dicts holding
 ``terminal_observation`` and ``TimeLimit.truncated``. Needs the ``sb3`` extra
-(``pip install "gymnasium-remote[sb3]"``).
+(the ``sb3`` extra: ``pip install ".[sb3]"`` from a clone).
 
 Example:
     >>> import gymnasium as gym
@@ -36,8 +36,8 @@ try:
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        'gym_remote.sb3 needs Stable-Baselines3: pip install "gymnasium-remote[sb3]"'
-        " (install torch==2.13.0 or your own torch build first)"
+        'gym_remote.sb3 needs Stable-Baselines3: pip install "stable-baselines3>=2.7" (the "sb3" extra;'
+        " install torch==2.13.0 or your own torch build first)"
     ) from error
 
 from gym_remote.fleet import fleet_summary

@@ -134,3 +134,10 @@ def test_the_installed_wheel_runs_the_demo_from_its_own_files(built, tmp_path):
     )
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "steps/s" in demo.stdout + demo.stderr, demo.stdout[-3000:]
+
+
+def test_the_docs_name_the_wheel_the_build_makes(built):
+    """README.md and docs/CLUSTERS.md tell how to install the built wheel where there is no clone, by its name."""
+    _, wheel, _ = built
+    for document in ("README.md", "docs/CLUSTERS.md"):
+        assert wheel.name in (REPO_ROOT / document).read_text(), f"{document} does not name {wheel.name}"
