@@ -50,6 +50,38 @@ def interrupt_after(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+@contextlib.contextmanager
+def random_interrupts(rng: np.random.Generator) -> Iterator[Callable[[Callable[[], Any], float], bool]]:
+    """Yields ``cut_short(call, most)``: ``call()`` with a KeyboardInterrupt raised a random 10 µs to ``most`` s
+    into it, as Ctrl-C would (never once it returned); True if it was cut short."""
+    armed = False
+
+    def interrupt(signum: int, frame: object) -> None:
+        if armed:
+            raise KeyboardInterrupt
+
+    def cut_short(call: Callable[[], Any], most: float) -> bool:
+        nonlocal armed
+        try:
+            armed = True  # inside the try: the alarm may come before the call is even made
+            signal.setitimer(signal.ITIMER_REAL, float(rng.uniform(1e-5, most)))
+            call()
+            armed = False
+            return False
+        except KeyboardInterrupt:
+            return True
+        finally:
+            armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        yield cut_short
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.fixture(params=[1, 2], ids=["1-client", "2-clients"])
 def envs(request) -> Iterator[RemoteVectorEnv]:
     vector = RemoteVectorEnv([Napper] * 2, num_clients=request.param, autoreset_mode="SameStep", timeout=30)
@@ -208,53 +240,35 @@ def test_interrupted_recvs_never_lose_a_reply(batch_size):
     twice, and every result is the one of the action last sent to its slot."""
     env_fns = [functools.partial(make_action_digest, action_bytes=8, padding=40_000)] * 2
     envs = RemoteVectorEnv(env_fns, num_clients=2, batch_size=batch_size, timeout=30)
-    rng = np.random.default_rng(0)
-    armed = False
-
-    def interrupt(signum: int, frame: object) -> None:
-        if armed:  # not once recv() has returned
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        _reset_every_slot(envs)
-        steps = [0, 0]  # the step count in each slot's last result
-        value = interrupted = cycle = 0
-        deadline = time.monotonic() + 12
-        while cycle < 2000 and time.monotonic() < deadline:
-            cycle += 1
-            value = value % 250 + 1
-            envs.send(np.full((2, 8), value, dtype=np.uint8), np.array([0, 1]))
-            results = []
-            try:
-                armed = True  # inside the try: the alarm may come before recv() is even called
-                signal.setitimer(signal.ITIMER_REAL, float(rng.uniform(1e-5, 2e-3)))
-                results.append(envs.recv())
-                armed = False
-            except KeyboardInterrupt:
-                interrupted += 1
-            finally:
-                armed = False
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            while {0, 1} - {slot for result in results for slot in result[4]["env_id"].tolist()}:
-                try:
-                    results.append(envs.recv(timeout=5))
-                except NoAsyncCallError:
-                    break  # the rest were cut short: their slots take actions again
-                except RemoteTimeoutError as error:
-                    pytest.fail(f"cycle {cycle}, after {interrupted} interrupted recv() calls: {error}")
-            returned = [slot for result in results for slot in result[4]["env_id"].tolist()]
-            assert sorted(set(returned)) == sorted(returned), f"cycle {cycle}: a result twice: {returned}"
-            for observations, _, _, _, infos in results:
-                for row, slot in enumerate(infos["env_id"].tolist()):
-                    count, first, last, uniform, _ = observations[row, :5].tolist()
-                    assert (first, last, uniform) == (value, value, 1), (cycle, slot, observations[row, :5])
-                    assert count > steps[slot], f"cycle {cycle}: slot {slot}'s step {count} came again"
-                    steps[slot] = count
+        with random_interrupts(np.random.default_rng(0)) as cut_short:
+            _reset_every_slot(envs)
+            steps = [0, 0]  # the step count in each slot's last result
+            value = interrupted = cycle = 0
+            deadline = time.monotonic() + 12
+            while cycle < 2000 and time.monotonic() < deadline:
+                cycle += 1
+                value = value % 250 + 1
+                envs.send(np.full((2, 8), value, dtype=np.uint8), np.array([0, 1]))
+                results = []
+                interrupted += cut_short(lambda: results.append(envs.recv()), 2e-3)  # noqa: B023 (called at once)
+                while {0, 1} - {slot for result in results for slot in result[4]["env_id"].tolist()}:
+                    try:
+                        results.append(envs.recv(timeout=5))
+                    except NoAsyncCallError:
+                        break  # the rest were cut short: their slots take actions again
+                    except RemoteTimeoutError as error:
+                        pytest.fail(f"cycle {cycle}, after {interrupted} interrupted recv() calls: {error}")
+                returned = [slot for result in results for slot in result[4]["env_id"].tolist()]
+                assert sorted(set(returned)) == sorted(returned), f"cycle {cycle}: a result twice: {returned}"
+                for observations, _, _, _, infos in results:
+                    for row, slot in enumerate(infos["env_id"].tolist()):
+                        count, first, last, uniform, _ = observations[row, :5].tolist()
+                        assert (first, last, uniform) == (value, value, 1), (cycle, slot, observations[row, :5])
+                        assert count > steps[slot], f"cycle {cycle}: slot {slot}'s step {count} came again"
+                        steps[slot] = count
         assert interrupted >= 100, f"only {interrupted} of {cycle} recv() calls were interrupted"
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
         envs.close()
 
 
@@ -480,29 +494,10 @@ def test_steps_and_closes_interrupted_at_random_moments_leave_nothing_behind(cap
     close that waited forever for a lock an interrupt had left held.)"""
     env_fns = [functools.partial(make_action_digest, action_bytes=8, padding=40_000)] * 2
     rng = np.random.default_rng(0)
-    armed = False
-
-    def interrupt(signum: int, frame: object) -> None:
-        if armed:
-            raise KeyboardInterrupt
-
-    def interrupted(call: Callable[[], Any], most: float) -> None:
-        nonlocal armed
-        try:
-            armed = True  # inside the try: the alarm may come before the call is even made
-            signal.setitimer(signal.ITIMER_REAL, float(rng.uniform(1e-5, most)))
-            call()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-
     actions = np.full((2, 8), 7, dtype=np.uint8)
-    previous = signal.signal(signal.SIGALRM, interrupt)
     caplog.set_level(logging.WARNING, logger="gym_remote")
     vectors = 0
-    try:
+    with random_interrupts(rng) as cut_short:
         deadline = time.monotonic() + 12
         while time.monotonic() < deadline:
             envs = RemoteVectorEnv(env_fns, num_clients=2, timeout=30)
@@ -511,15 +506,12 @@ def test_steps_and_closes_interrupted_at_random_moments_leave_nothing_behind(cap
             try:
                 envs.reset(seed=0)
                 for _ in range(int(rng.integers(5, 40))):
-                    interrupted(functools.partial(envs.step, actions), 2e-3)
+                    cut_short(functools.partial(envs.step, actions), 2e-3)
                 envs.step(actions)
             finally:
-                interrupted(envs.close, 3e-3)
+                cut_short(envs.close, 3e-3)
                 envs.close()
             assert all(process.poll() is not None for process in processes), f"vector {vectors}: a client runs on"
             malformed = [record.getMessage() for record in caplog.records if "malformed" in record.getMessage()]
             assert not malformed, f"vector {vectors}: {malformed}"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     assert vectors >= 5

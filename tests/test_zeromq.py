@@ -280,19 +280,13 @@ def test_a_message_whose_routing_id_an_interrupt_took_is_reported_with_its_sende
     every receive): the message is dropped and reported cut short, naming its sender all the same (the routing
     id its peer gave in the handshake travels with every frame), and the next message arrives whole."""
     router, dealer = router_and_dealer
-    taken = router.socket.recv
-
-    def interrupted_after_taking(*args, **kwargs):
-        taken(*args, **kwargs)
-        router.socket.recv = taken
-        raise _Interrupt
-
     dealer.send_multipart([b"header", b"body"])
     dealer.send_multipart([b"next", b"whole"])
     assert router.socket.poll(10_000)
-    router.socket.recv = interrupted_after_taking
+    real, router.socket = router.socket, _ReceivesInterruptedAfterTaking(router.socket, {1})
     with pytest.raises(_Interrupt):
         router.receive()
+    router.socket = real
     cut = router.receive()
     assert isinstance(cut, zeromq_link.CutShort) and (cut.identity, cut.header) == (b"dealer", b"header")
     arrival = _next_arrival(router)
