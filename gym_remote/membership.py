@@ -41,6 +41,7 @@ from gymnasium.vector.utils import batch_differing_spaces
 
 from gym_remote import codec, protocol
 from gym_remote.errors import ProtocolError, RemoteEnvError, remote_env_error
+from gym_remote.gymnasium_versions import SPACES_ERROR
 from gym_remote.protocol import format_slots
 
 __all__ = ["Admit", "ClientInfo", "LaunchSlot", "Membership", "Peer", "Refuse", "data_channel_token", "space_mismatch"]
@@ -622,7 +623,7 @@ class Membership:
                     what, theirs, ours, differs = "action space", act_space, reference_act, "differs from"
                 elif self.observation_mode == "same":
                     what, theirs, ours, differs = "observation space", obs_space, reference_obs, "differs from"
-                elif kind is RuntimeError:  # shape or dtype
+                elif kind is SPACES_ERROR:  # shape or dtype
                     what, theirs, ours = "observation space", obs_space, reference_obs
                     differs = "does not share shape and dtype with"
                 else:  # what batch_differing_spaces raised
@@ -683,7 +684,7 @@ def space_mismatch(
     """
     if observation_mode == "same":
         if env_observation_space != observation_space:
-            return RuntimeError, (
+            return SPACES_ERROR, (
                 f"{vector_class}(..., observation_mode='same') however the sub-environments observation spaces are "
                 f"not equivalent. single_observation_space={observation_space}, sub-environment "
                 f"observation_space={env_observation_space}. If this is intentional, use "
@@ -696,13 +697,13 @@ def space_mismatch(
             except (TypeError, ValueError, AssertionError) as error:
                 return type(error), str(error)
         if not is_space_dtype_shape_equiv(env_observation_space, observation_space):
-            return RuntimeError, (
+            return SPACES_ERROR, (
                 f"{vector_class}(..., observation_mode='different' or custom space) however the sub-environments "
                 "observation spaces do not share a common shape and dtype, single_observation_space="
                 f"{observation_space}, sub-environment observation space={env_observation_space}"
             )
     if env_action_space != action_space:
-        return RuntimeError, (
+        return SPACES_ERROR, (
             "Sub-environment action space doesn't make the `single_action_space`, "
             f"action_space={env_action_space}, single_action_space={action_space}"
         )

@@ -23,6 +23,7 @@ from gym_remote.batch import ResultBatch
 from gym_remote.client import DEFAULT_SPIN_SECONDS as CLIENT_SPIN_SECONDS
 from gym_remote.episodes import Episodes
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteTimeoutError
+from gym_remote.gymnasium_versions import CHECKS_BY_ASSERT, RESET_MASK_NAME, argument_error
 from gym_remote.launch import Launcher, LocalClients
 from gym_remote.links import shared
 from gym_remote.links.channel import wanted as data_plane_wanted
@@ -1048,9 +1049,10 @@ class RemoteVectorEnv(VectorEnv):
         elif isinstance(seed, int):
             seed = [seed + i for i in range(self.num_envs)]
         if len(seed) != self.num_envs:
-            raise ValueError(
+            raise argument_error(
+                ValueError,
                 "If seeds are passed as a list the length must match "
-                f"num_envs={self.num_envs} but got length={len(seed)}."
+                f"num_envs={self.num_envs} but got length={len(seed)}.",
             )
         return seed
 
@@ -1431,14 +1433,13 @@ def _checked_batch_size(batch_size: int | None, num_envs: int, autoreset_mode: A
 
 def _check_reset_mask(reset_mask: Any, num_envs: int) -> None:
     """The checks (and messages) of ``SyncVectorEnv.reset`` for ``options["reset_mask"]``."""
+    name = RESET_MASK_NAME
     if not isinstance(reset_mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
+        raise argument_error(TypeError, f"{name} must be a numpy array, got {type(reset_mask)}")
     if reset_mask.shape != (num_envs,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {reset_mask.shape}")
+        raise argument_error(ValueError, f"{name} must have shape `({num_envs},)`, got {reset_mask.shape}")
     if reset_mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
+        raise argument_error(TypeError, f"{name} must have `dtype=np.bool_`, got {reset_mask.dtype}")
     if not np.any(reset_mask):
-        raise ValueError(
-            "`options['reset_mask']` must contain a boolean array with at least one True value, "
-            f"got reset_mask={reset_mask}"
-        )
+        which = "a boolean array" if CHECKS_BY_ASSERT else "a boolean array with at least one True value"
+        raise argument_error(ValueError, f"{name} must contain {which}, got reset_mask={reset_mask}")
