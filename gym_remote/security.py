@@ -25,7 +25,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 import zmq
@@ -80,7 +80,7 @@ class KeyPair:
     """A CURVE key pair in Z85 text (``secret`` is None for someone else's public key)."""
 
     public: bytes
-    secret: bytes | None = None
+    secret: bytes | None = field(default=None, repr=False)  # (kept out of logs and tracebacks)
 
     @classmethod
     def generate(cls) -> KeyPair:
@@ -291,9 +291,9 @@ class SecurityOptions:
         (False, None)
     """
 
-    server_key: KeySource | None = None
+    server_key: KeySource | None = field(default=None, repr=False)  # (it may be the secret key's Z85 text)
     authorized_keys: KeySource | Iterable[KeySource] | None = None
-    secret: str | bytes | None = None
+    secret: str | bytes | None = field(default=None, repr=False)  # (kept out of logs and tracebacks)
     insecure: bool = False
     allow_pickle: bool | None = None
     max_connections: int | None = None

@@ -69,6 +69,17 @@ def test_key_pair_generate_and_from_secret_agree():
     assert KeyPair(pair.public).secret is None
 
 
+def test_reprs_keep_secrets_out_of_logs_and_tracebacks():
+    """What a log line or a traceback shows of the security objects never holds a secret or a secret key."""
+    pair = KeyPair.generate()
+    options = SecurityOptions(server_key=pair.secret.decode(), secret="correct horse battery staple")
+    server = ServerSecurity(pair, AuthorizedKeys(), "secret")
+    client = ClientSecurity(KeyPair.generate().public, pair)
+    for shown in (repr(pair), repr(options), str(options), repr(server), repr(client)):
+        assert pair.secret.decode() not in shown and "horse" not in shown, shown
+    assert pair.public.decode() in repr(pair)
+
+
 # -- key files ---------------------------------------------------------------------------------------
 
 
