@@ -1,8 +1,8 @@
 """The distribution as a user gets it: an sdist and a wheel built from the repository's tracked files with
 ``python -m build`` (the wheel from the sdist, so the sdist is complete), without deprecation warnings; the
 wheel ships every module, ``py.typed`` and the console script, and its metadata says what ``pyproject.toml``
-says; installed on its own (``--no-deps``, its dependencies from this environment) it runs ``gym-remote demo``
-from the installed files, not from the repository."""
+says; installed into a fresh virtual environment, with its dependencies from the package index, its public API
+imports and it runs ``gym-remote demo``, from the installed files, not from the repository."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, subprocess_env
+from tests.conftest import REPO_ROOT
 
 tomllib = pytest.importorskip("tomllib")  # (Python 3.11 on)
 
@@ -103,29 +103,39 @@ def test_the_sdist_holds_the_license_readme_and_every_module(built):
     assert modules - names == set()
 
 
-def test_the_installed_wheel_runs_the_demo_from_its_own_files(built, tmp_path):
+def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_demo(built, tmp_path):
+    """``pip install WHEEL`` in a new virtual environment (its dependencies from the package index, as a user's
+    would come), then the public API imports from the installed files and ``gym-remote demo`` runs."""
     _, wheel, _ = built
-    target = tmp_path / "installed"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
-        check=True,
-        timeout=120,
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["OMP_NUM_THREADS"] = "1"
+    python, script = venv / "bin" / "python", venv / "bin" / "gym-remote"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
-    env = {**subprocess_env(), "PYTHONPATH": str(target)}  # (not the repository: the installed files only)
-    where = subprocess.run(
-        [sys.executable, "-c", "import gym_remote; print(gym_remote.__file__)"],
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    imported = subprocess.run(
+        [
+            str(python),
+            "-c",
+            f"import gym_remote; from gym_remote import {', '.join(_public_names())}; print(gym_remote.__file__)",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
-    ).stdout.strip()
-    assert Path(where).is_relative_to(target), where
-    script = target / "bin" / "gym-remote"
+    )
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    assert Path(imported.stdout.strip()).is_relative_to(venv), imported.stdout
     demo = subprocess.run(
-        [sys.executable, str(script), "demo", "--steps", "2000", "--num-envs", "2", "--num-clients", "1"]
-        + ["--no-progress"],
+        [str(script), "demo", "--steps", "2000", "--num-envs", "2", "--num-clients", "1", "--no-progress"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -134,6 +144,12 @@ def test_the_installed_wheel_runs_the_demo_from_its_own_files(built, tmp_path):
     )
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "steps/s" in demo.stdout + demo.stderr, demo.stdout[-3000:]
+
+
+def _public_names() -> list[str]:
+    import gym_remote
+
+    return list(gym_remote.__all__)
 
 
 def test_the_docs_name_the_wheel_the_build_makes(built):
