@@ -16,6 +16,7 @@ transitions without a word. So the id's entry point refuses another mode when RL
 from __future__ import annotations
 
 import sys
+from types import FrameType
 
 from gymnasium.vector import AutoresetMode
 
@@ -31,7 +32,7 @@ def rllib_caller() -> str | None:
     RLlib passes nothing to the envs it builds that says who built them (only ``env_config``'s items reach
     ``gym.make_vec``), so its callers are what tells.
     """
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module == "ray.rllib" or module.startswith("ray.rllib."):

@@ -82,6 +82,7 @@ def one_iteration(config: AlgorithmConfig) -> tuple[dict, list[str]]:
     algo = config.build_algo()
     try:
         result = algo.train()
+        assert algo.env_runner_group is not None
         vector_envs = algo.env_runner_group.foreach_env_runner(
             lambda runner: type(runner.env.unwrapped).__name__ if runner.env is not None else None,
             local_env_runner=True,
@@ -97,7 +98,7 @@ def assert_trains_as_sync(config: AlgorithmConfig, env_id: str) -> dict:
     """One iteration of ``config`` samples from RemoteVectorEnvs and gives exactly what it gives on SyncVectorEnv."""
     remote, remote_envs = one_iteration(small(config))
     sync, sync_envs = one_iteration(small(on_sync_vector_env(config, env_id)))
-    expected_envs = max(config.num_env_runners, 1)
+    expected_envs = max(config.num_env_runners or 0, 1)  # (the local env runner has no env beside remote ones)
     assert remote_envs == ["RemoteVectorEnv"] * expected_envs and sync_envs == ["SyncVectorEnv"] * expected_envs
     assert remote["num_env_steps_sampled"] >= BATCH and remote["num_episodes"] > 0
     assert remote == sync
