@@ -17,8 +17,10 @@ import functools
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.vector import AutoresetMode
 
 from gym_remote.probe import PROBE_ENV_ID
+from gym_remote.rllib import check_autoreset_mode
 from gym_remote.vector_env import RemoteVectorEnv
 
 __all__ = ["REMOTE_VECTOR_ENV_ID", "make_remote_vector_env", "register"]
@@ -32,8 +34,11 @@ def make_remote_vector_env(
     """The id's vector entry point: ``num_envs`` envs ``gym.make(env_id, **env_kwargs)`` in local clients,
     or, without ``env_id``, a server whose ``num_envs`` slots remote clients fill.
 
-    ``kwargs`` are RemoteVectorEnv's (``num_clients``, ``autoreset_mode``, ``bind``, ...).
+    ``kwargs`` are RemoteVectorEnv's (``num_clients``, ``autoreset_mode``, ``bind``, ...). Built by RLlib, it
+    refuses any autoreset mode but NEXT_STEP (:func:`gym_remote.rllib.check_autoreset_mode`), before any
+    client starts.
     """
+    check_autoreset_mode(kwargs.get("autoreset_mode", AutoresetMode.NEXT_STEP))  # (RemoteVectorEnv's default)
     if env_id is None:
         if env_kwargs:
             raise ValueError("env_kwargs are for env_id; without env_id the clients choose their envs")

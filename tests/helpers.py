@@ -4,7 +4,8 @@
 * :class:`LoggedProcess`: a process started through the ``reaper`` fixture, its output in files, and
   the command lines on top of it (:func:`gym_remote`, :func:`cli_client`);
 * processes by pid: :func:`pid_alive`, :func:`child_pids`, :func:`is_local_client`,
-  :func:`kill_local_clients`, :class:`KillWhenMarked`;
+  :func:`kill_local_clients`, :class:`KillWhenMarked`; a Ray instance whose processes end with it:
+  :func:`ray_instance`;
 * waiting: :func:`wait_until`, :func:`step_until`; who serves what: :func:`rows_by_client`;
   the same steps on two vector envs: :func:`assert_same_steps`;
   an address: :func:`free_tcp_address`;
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +326,28 @@ def child_pids(predicate: Callable[[int], bool] | None = None) -> set[int]:
         if fields is not None and fields[1] == me and (predicate is None or predicate(int(entry))):
             children.add(int(entry))
     return children
+
+
+@contextlib.contextmanager
+def ray_instance(**init_kwargs: Any) -> Iterator[None]:
+    """A new Ray instance, ``ray.init(address="local", **init_kwargs)``, for the block (never one that another
+    process runs on this machine), then ``ray.shutdown()``; the processes it started are ended by pid (SIGKILL for
+    those still running 15 s later)."""
+    import ray
+
+    before = child_pids()
+    ray.init(address="local", **init_kwargs)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        started = child_pids() - before
+        deadline = time.monotonic() + 15
+        while any(pid_alive(pid) for pid in started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in started:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def is_local_client(pid: int) -> bool:

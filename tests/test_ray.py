@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import time
 
 import gymnasium as gym
 import numpy as np
@@ -14,7 +13,7 @@ import ray
 
 from gym_remote.ray import RayVectorEnv
 from tests.envs import make_cartpole
-from tests.helpers import assert_same_steps, child_pids, pid_alive, step_until, wait_until
+from tests.helpers import assert_same_steps, pid_alive, ray_instance, step_until, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,24 +26,8 @@ short_cartpole = functools.partial(make_cartpole, max_episode_steps=30)
 def local_ray():
     """A Ray instance of 2 CPUs on 127.0.0.1 (see conftest.py), shut down after the module; its processes
     ended by pid."""
-    before = child_pids()
-    ray.init(
-        num_cpus=2,
-        resources={"simulator": 2},
-        include_dashboard=False,
-        log_to_driver=False,
-    )
-    try:
+    with ray_instance(num_cpus=2, resources={"simulator": 2}, include_dashboard=False, log_to_driver=False):
         yield
-    finally:
-        ray.shutdown()
-        started = child_pids() - before
-        deadline = time.monotonic() + 15
-        while any(pid_alive(pid) for pid in started) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for pid in started:
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 def test_needs_ray_init():
