@@ -23,7 +23,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 # tests/rllib needs ray[rllib], whose exact Gymnasium pin keeps it out of this environment: it runs in one of its
-# own, as ``python -m pytest tests/rllib`` (an explicit path is collected all the same)
+# own, as ``python -m pytest tests/rllib`` (an explicit path is collected all the same), which
+# tests/test_side_environments.py does
 collect_ignore = ["rllib"]
 
 
@@ -63,6 +64,7 @@ ONE_PLANE_MODULES = {
     "test_sb3",
     "test_security_units",
     "test_shared",
+    "test_side_environments",
     "test_status",
     "test_soak",
     "test_structure",
@@ -107,6 +109,32 @@ def pytest_configure(config) -> None:
         "markers",
         "alternate_planes: with all planes chosen, each case of the test's matrix runs on one plane, not on each",
     )
+    config.addinivalue_line(
+        "markers",
+        "side_run(run): the test waits for a tests.side_envs.SideRun, started in the background when collection "
+        "ends; the test runs last",
+    )
+
+
+def _side_runs(items) -> list:
+    return [marker.args[0] for item in items for marker in item.iter_markers("side_run")]
+
+
+def pytest_collection_finish(session) -> None:
+    """Start the side runs of the tests collected (they overlap the rest of the suite), and order those last."""
+    if session.config.option.collectonly:
+        return
+    session.items.sort(key=lambda item: item.get_closest_marker("side_run") is not None)
+    for run in _side_runs(session.items):
+        run.start()
+
+
+def pytest_unconfigure(config) -> None:
+    """An interrupted run ends its side runs' processes too."""
+    from tests import side_envs
+
+    for run in side_envs.SideRun.started:
+        run.stop()
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -6,6 +6,10 @@ suite's. A test of such a promise runs pytest on some test files inside a :class
 environment under ``.venvs/`` at the repository root, made on first use, this package installed in it
 editable. Its directory is named by a digest of what goes into it (``pyproject.toml`` and the requirements),
 so a changed requirement makes a new one, and an environment whose making was interrupted is made again.
+
+Making an environment takes minutes (downloads), so a test does its work through a :class:`SideRun`, marked
+``@pytest.mark.side_run(RUN)``: ``tests/conftest.py`` starts every collected one in the background when
+collection ends and puts its test last, where it waits for the run's end; the run overlaps the rest of the suite.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import tomllib
 
@@ -73,48 +80,130 @@ class SideEnvironment:
     def python(self) -> Path:
         return self.path / "bin" / "python"
 
-    def ensure(self) -> Path:
-        """The environment's interpreter, the environment made first if it is missing or was left half made."""
-        path = self.path
+    def making_commands(self) -> list[list[str]]:
+        """The commands that make the environment, in order: the venv, each step, then this package."""
+        pip = [str(self.python), "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-compile"]
+        return [
+            [_base_python(), "-m", "venv", str(self.path)],
+            *([*pip, *step] for step in (*self.steps, (*BUILD_TOOLS, *TEST_TOOLS))),
+            [*pip, "--no-deps", "--no-build-isolation", "-e", str(REPO_ROOT)],
+        ]
+
+    def ensure(self, call: Callable[[list[str]], None]) -> Path:
+        """The environment's interpreter, the environment made first (each command run by ``call``) if it is
+        missing or was left half made."""
         SIDE_ENVS_DIR.mkdir(exist_ok=True)
         with _locked(SIDE_ENVS_DIR / f"{self.name}.lock", timeout=INSTALL_TIMEOUT * (len(self.steps) + 3)):
-            if (path / _COMPLETE).exists():
-                return self.python
-            for stale in SIDE_ENVS_DIR.glob(f"{self.name}-*"):
-                shutil.rmtree(stale)
-            subprocess.run([_base_python(), "-m", "venv", str(path)], check=True, timeout=120)
-            for step in (*self.steps, (*BUILD_TOOLS, *TEST_TOOLS)):
-                self._pip("install", *step)
-            self._pip("install", "--no-deps", "--no-build-isolation", "-e", str(REPO_ROOT))
-            (path / _COMPLETE).write_text(json.dumps(self.steps))
+            if not (self.path / _COMPLETE).exists():
+                for stale in SIDE_ENVS_DIR.glob(f"{self.name}-*"):
+                    shutil.rmtree(stale)
+                for command in self.making_commands():
+                    call(command)
+                (self.path / _COMPLETE).write_text(json.dumps(self.steps))
         return self.python
 
-    def run_pytest(self, args: Sequence[str], *, timeout: float, env: dict[str, str] | None = None) -> None:
-        """Run ``python -m pytest ARGS`` in the environment (made first if need be) from the repository root;
-        raise ``AssertionError`` with the end of its output if it fails."""
-        python = self.ensure()
+    def child_env(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment variables of a process run in this environment."""
         child_env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
         child_env.update(OMP_NUM_THREADS="1", VIRTUAL_ENV=str(self.path), **(env or {}))
         child_env["PATH"] = f"{self.path / 'bin'}{os.pathsep}{child_env.get('PATH', '')}"
-        command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
-        try:
-            result = subprocess.run(
-                command, cwd=REPO_ROOT, env=child_env, capture_output=True, text=True, timeout=timeout
-            )
-        except subprocess.TimeoutExpired as timed_out:
-            output = timed_out.stdout.decode(errors="replace") if timed_out.stdout else ""  # bytes, even so
-            raise AssertionError(f"pytest in {self.name} ran over {timeout} s:\n{_tail(output)}") from None
-        if result.returncode != 0:
-            raise AssertionError(
-                f"pytest in {self.name} exited with {result.returncode}:\n{_tail(result.stdout + result.stderr)}"
-            )
+        return child_env
 
-    def _pip(self, *args: str) -> None:
-        subprocess.run(
-            [str(self.python), "-m", "pip", "--disable-pip-version-check", "-q", *args],
-            check=True,
-            timeout=INSTALL_TIMEOUT,
-        )
+
+class SideRun:
+    """``python -m pytest ARGS`` (from the repository root) in a :class:`SideEnvironment`, made first if need be,
+    on a thread of its own from :meth:`start` on; :meth:`result` waits for it and fails as it did."""
+
+    started: ClassVar[list[SideRun]] = []
+    """Every run started in this process (so that an interrupted suite can stop them)."""
+
+    def __init__(
+        self, environment: SideEnvironment, args: Sequence[str], *, timeout: float, env: dict[str, str] | None = None
+    ) -> None:
+        self.environment, self.args, self.timeout, self.env = environment, list(args), timeout, env or {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._process: subprocess.Popen | None = None
+        self._stopped = False
+        self._failure: str | None = None
+        self._passed = False
+
+    def __repr__(self) -> str:
+        return f"SideRun({self.environment.name}: pytest {' '.join(self.args)})"
+
+    @property
+    def budget(self) -> float:
+        """Seconds the run may take, making its environment included."""
+        return self.timeout + INSTALL_TIMEOUT * (len(self.environment.steps) + 3)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=repr(self), daemon=True)
+            SideRun.started.append(self)
+            self._thread.start()
+
+    def result(self) -> None:
+        """Wait for the run (started now if it was not); raise ``AssertionError`` with its output's end if it
+        failed."""
+        self.start()
+        assert self._thread is not None
+        self._thread.join(self.budget)
+        if self._thread.is_alive():
+            self.stop()
+            raise AssertionError(f"{self!r} did not end within {self.budget} s")
+        if not self._passed:
+            raise AssertionError(self._failure or f"{self!r} ended without a result")
+
+    def stop(self) -> None:
+        """End the process the run is waiting for and every process it started (its process group)."""
+        with self._lock:
+            self._stopped = True
+            process = self._process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+    def _run(self) -> None:
+        try:
+            python = self.environment.ensure(
+                lambda command: self._call(command, INSTALL_TIMEOUT, self.environment.child_env())
+            )
+            command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *self.args]
+            self._call(command, self.timeout, self.environment.child_env(self.env))
+        except _Failed as failed:
+            self._failure = str(failed)
+        except Exception as error:  # (on this thread, nothing would show it otherwise)
+            self._failure = f"{self!r}: {error!r}"
+        else:
+            self._passed = True
+
+    def _call(self, command: list[str], timeout: float, env: Mapping[str, str]) -> None:
+        """Run ``command`` from the repository root, in a process group of its own that :meth:`stop` ends."""
+        with self._lock:
+            if self._stopped:
+                raise _Failed(f"{self!r} was stopped")
+            self._process = process = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env=dict(env),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            output, _ = process.communicate()
+            raise _Failed(f"{self!r}: {' '.join(command[:6])} ... ran over {timeout} s:\n{_tail(output)}") from None
+        if process.returncode != 0:
+            raise _Failed(f"{self!r}: {' '.join(command[:6])} ... exited with {process.returncode}:\n{_tail(output)}")
+
+
+class _Failed(Exception):
+    """A command of a side run failed (its message says which and how)."""
 
 
 def _base_python() -> str:
@@ -147,3 +236,10 @@ def _locked(path: Path, timeout: float) -> Iterator[None]:
 
 OLDEST = SideEnvironment("oldest", (tuple(oldest_allowed(project_metadata()["dependencies"])),))
 """The oldest versions of its dependencies that ``pyproject.toml`` allows."""
+
+RLLIB = SideEnvironment(
+    "rllib",
+    (("torch==2.13.0",), (*project_metadata()["dependencies"], *project_metadata()["optional-dependencies"]["rllib"])),
+)
+"""RLlib (the ``rllib`` extra), which pins its own Gymnasium; torch's CPU build first, so that no CUDA build is
+pulled in."""
