@@ -1,0 +1,166 @@
+"""The documentation site (docs/, Sphinx + MyST + furo) builds with warnings as errors, its API reference
+has every public name, the Python examples marked runnable run, and the command lines it shows exist.
+
+A page marks a fenced Python block runnable with the line ``<!-- runnable -->`` just above it (an HTML
+comment: invisible on the site and on GitHub). A page's runnable blocks run in order, as one script in a
+fresh interpreter, like a reader pasting them one after another.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import posixpath
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, subprocess_env
+
+sphinx_inventory = pytest.importorskip("sphinx.util.inventory", reason="the docs extra (pip install '.[docs]')")
+
+DOCS = REPO_ROOT / "docs"
+
+PUBLIC_MODULES = [
+    "gym_remote",
+    "gym_remote.sb3",
+    "gym_remote.ray",
+    "gym_remote.registration",
+    "gym_remote.security",
+    "gym_remote.fleet",
+    "gym_remote.metrics",
+    "gym_remote.launch",
+    "gym_remote.probe",
+    "gym_remote.conformance",
+]
+"""The modules whose ``__all__`` the API reference documents, name by name."""
+
+RUNNABLE = re.compile(r"^<!-- runnable -->\n```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def pages() -> list[Path]:
+    return sorted(path for path in DOCS.rglob("*.md") if "_build" not in path.parts)
+
+
+def runnable_blocks(page: Path) -> list[str]:
+    return RUNNABLE.findall(page.read_text())
+
+
+RUNNABLE_PAGES = [page for page in pages() if runnable_blocks(page)]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built once (as CI builds it: ``sphinx-build -W --keep-going``)."""
+    out = tmp_path_factory.mktemp("site")
+    build = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+    )
+    assert build.returncode == 0, f"sphinx-build -W failed:\n{build.stdout}\n{build.stderr}"
+    assert build.stderr.strip() == "", build.stderr  # -q: only warnings would print here
+    return out
+
+
+@pytest.mark.timeout(150)
+def test_api_reference_documents_every_public_name(site):
+    with open(site / "objects.inv", "rb") as inventory:
+        documented = {
+            name
+            for domain, objects in sphinx_inventory.InventoryFile.load(inventory, "", posixpath.join).items()
+            if domain.startswith("py:")
+            for name in objects
+        }
+    missing = [
+        f"{module}.{name}"
+        for module in PUBLIC_MODULES
+        for name in importlib.import_module(module).__all__
+        if f"{module}.{name}" not in documented
+    ]
+    assert missing == [], f"public names without an entry in the API reference (docs/api/): {missing}"
+    assert (site / "api" / "gym_remote.html").read_text().count("RemoteVectorEnv") > 10
+
+
+def test_site_pages_have_the_landing_drop_in_and_every_tutorial(site):
+    landing = (site / "index.html").read_text()
+    assert "SyncVectorEnv" in landing and "RemoteVectorEnv" in landing
+    for page in pages():
+        html = site / page.relative_to(DOCS).with_suffix(".html")
+        assert html.is_file(), f"{page.relative_to(REPO_ROOT)} has no page on the site"
+        # Markdown the parser did not take would show its marks as text
+        assert "```" not in html.read_text(), f"an unrendered code fence on {html.name}"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("page", RUNNABLE_PAGES, ids=lambda page: str(page.relative_to(DOCS)))
+def test_runnable_examples_run(page, tmp_path):
+    script = tmp_path / "example.py"
+    script.write_text("\n\n".join(runnable_blocks(page)))
+    # A session of its own: whatever the example starts (clients) is ended with it, by its process group.
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env={**subprocess_env(), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=75)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=10)
+    assert process.returncode == 0, f"the runnable examples of {page.name} failed:\n{output}"
+
+
+def test_the_pages_mark_examples_runnable():
+    assert len(RUNNABLE_PAGES) >= 6, [page.name for page in RUNNABLE_PAGES]
+    for page in RUNNABLE_PAGES:
+        for block in runnable_blocks(page):
+            compile(block, str(page), "exec")
+
+
+def _command_lines(text: str) -> list[list[str]]:
+    """The ``gym-remote ...`` commands of a page's shell blocks, as argument lists."""
+    commands = []
+    for language, block in FENCE.findall(text):
+        if language not in ("bash", "sh", "console", ""):
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #", 1)[0].strip().removeprefix("$ ")
+            if line.startswith("gym-remote "):
+                words = shlex.split(line.replace("&", " "))
+                commands.append(words[1 : words.index("--")] if "--" in words else words[1:])
+    return commands
+
+
+def test_command_lines_on_the_pages_use_options_that_exist():
+    from gym_remote.cli import build_parser
+
+    parser = build_parser()
+    subcommands = next(action for action in parser._actions if action.dest == "command").choices
+    global_options = set(parser._option_string_actions)
+    checked = 0
+    for page in pages():
+        for words in _command_lines(page.read_text()):
+            where = f"{page.relative_to(REPO_ROOT)}: gym-remote {' '.join(words)}"
+            assert words[0] in subcommands, f"no subcommand {words[0]!r} ({where})"
+            known = global_options | set(subcommands[words[0]]._option_string_actions)
+            unknown = [word for word in words[1:] if word.startswith("--") and word.split("=")[0] not in known]
+            assert unknown == [], f"no option {unknown} ({where})"
+            checked += 1
+    assert checked >= 10
