@@ -134,6 +134,17 @@ def test_the_pages_mark_examples_runnable():
             compile(block, str(page), "exec")
 
 
+CODE_COLUMNS = 84
+"""The widest code line the site's pages show without scrolling (furo, a 1280-pixel window)."""
+
+
+def test_code_on_the_landing_page_and_tutorials_fits_the_page():
+    for page in [DOCS / "index.md", *sorted((DOCS / "tutorials").glob("*.md"))]:
+        for _, block in FENCE.findall(page.read_text()):
+            wide = [line for line in block.splitlines() if len(line) > CODE_COLUMNS]
+            assert wide == [], f"{page.relative_to(REPO_ROOT)}: code lines wider than {CODE_COLUMNS} columns"
+
+
 def _command_lines(text: str) -> list[list[str]]:
     """The ``gym-remote ...`` commands of a page's shell blocks, as argument lists."""
     commands = []
