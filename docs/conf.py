@@ -9,6 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from docutils import nodes
+from sphinx import addnodes
+from sphinx.transforms.post_transforms import SphinxPostTransform
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's gym_remote, also where it is not installed
 
@@ -38,3 +42,29 @@ html_theme = "furo"
 html_title = f"gym_remote {release}"
 html_static_path: list[str] = []
 pygments_style = "friendly"
+
+
+class RepositoryLinks(SphinxPostTransform):
+    """Links to the repository's documents and folders outside docs/ (``../README.md``, ``../clients/cpp/``), which
+    the pages share with GitHub's view of them, become their text: the site has no page for them. (MyST itself
+    makes a link to another file outside docs/ a download.) A link to a path that does not exist is left for
+    MyST to report, which fails a -W build."""
+
+    default_priority = 8  # before MyST resolves its references (9)
+
+    def run(self, **kwargs: object) -> None:
+        source = Path(self.env.doc2path(self.env.docname)).parent
+        for node in list(self.document.findall(addnodes.pending_xref)):
+            if node.get("reftype") != "myst":
+                continue
+            if node.get("refdomain") == "doc":  # a Markdown file: its target is the path without ".md"
+                path = Path(node["reftarget"] + ".md")
+            else:
+                path = (source / node["reftarget"].partition("#")[0]).resolve()
+            if path.exists() and path.is_relative_to(ROOT) and not path.is_relative_to(ROOT / "docs"):
+                text = node[0].deepcopy() if len(node) and node[0].astext() else nodes.literal("", node["reftarget"])
+                node.replace_self(text)
+
+
+def setup(app):
+    app.add_post_transform(RepositoryLinks)
