@@ -15,6 +15,7 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's gym_remote, also where it is not installed
+sys.path.insert(0, str(ROOT / "docs"))  # benchmark_tables, this site's own extension
 
 import gym_remote  # noqa: E402
 
@@ -23,7 +24,13 @@ author = "gym_remote contributors"
 copyright = "gym_remote contributors, MIT license"
 release = version = gym_remote.__version__
 
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+    "benchmark_tables",  # docs/benchmark_tables.py: the results in docs/benchmarks/*.json as tables
+]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "benchmarks"]
@@ -40,7 +47,8 @@ napoleon_numpy_docstring = False
 
 html_theme = "furo"
 html_title = f"gym_remote {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["benchmarks.css"]
 pygments_style = "friendly"
 
 
