@@ -4,11 +4,15 @@ has every public name, the Python examples marked runnable run, and the command 
 A page marks a fenced Python block runnable with the line ``<!-- runnable -->`` just above it (an HTML
 comment: invisible on the site and on GitHub). A page's runnable blocks run in order, as one script in a
 fresh interpreter, like a reader pasting them one after another.
+
+The build and the examples are processes of their own, all CPU-bound: they start together when the module's
+first test needs any of them (the examples a CPU's worth at a time), and each test waits for its own.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import posixpath
 import re
@@ -16,6 +20,9 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -71,9 +78,81 @@ def runnable_blocks(page: Path) -> list[str]:
 RUNNABLE_PAGES = [page for page in pages() if runnable_blocks(page)]
 
 
+EXAMPLE_TIMEOUT = 75
+"""Seconds a page's examples may take, from the start of their process."""
+
+
+class Examples:
+    """The runnable examples of some pages, each page's as one script in a fresh interpreter of its own, at most
+    ``workers`` at once; every process is in a session of its own, and ended with it (what the example started,
+    its clients, included)."""
+
+    def __init__(self, pages: list[Path], directory: Path, workers: int) -> None:
+        self._processes: list[subprocess.Popen] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="docs-example")
+        self.runs: dict[Path, Future[tuple[int | None, str]]] = {
+            page: self._executor.submit(self._run, page, directory / "-".join(page.relative_to(DOCS).parts))
+            for page in pages
+        }
+
+    def _run(self, page: Path, directory: Path) -> tuple[int | None, str]:
+        directory.mkdir()
+        script = directory / "example.py"
+        script.write_text("\n\n".join(runnable_blocks(page)))
+        with self._lock:  # none starts once close() began
+            if self._closed:
+                raise RuntimeError("the examples were closed before this one started")
+            process = subprocess.Popen(
+                [sys.executable, str(script)],
+                cwd=directory,
+                env={**subprocess_env(), "OMP_NUM_THREADS": "1"},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+            self._processes.append(process)
+        try:
+            output, _ = process.communicate(timeout=EXAMPLE_TIMEOUT)
+        finally:
+            _end_session(process)
+        return process.returncode, output
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        for process in self._processes:
+            _end_session(process)
+        self._executor.shutdown(wait=True)
+
+
+def _end_session(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=10)
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The site, built once (as CI builds it: ``sphinx-build -W --keep-going``)."""
+def examples(request, tmp_path_factory) -> Iterator[Examples]:
+    """The examples of the pages whose test is selected, started at once (in the background)."""
+    selected = [
+        item.callspec.params["page"]
+        for item in request.session.items
+        if getattr(item, "module", None) is request.module and item.originalname == test_runnable_examples_run.__name__
+    ]
+    runs = Examples(selected, tmp_path_factory.mktemp("examples"), workers=os.cpu_count() or 1)
+    yield runs
+    runs.close()
+
+
+@pytest.fixture(scope="module")
+def site(examples, tmp_path_factory) -> Path:
+    """The site, built once (as CI builds it: ``sphinx-build -W --keep-going``), while the examples run."""
     out = tmp_path_factory.mktemp("site")
     build = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)],
@@ -117,30 +196,25 @@ def test_site_pages_have_the_landing_drop_in_and_every_tutorial(site):
         assert "```" not in html.read_text(), f"an unrendered code fence on {html.name}"
 
 
-@pytest.mark.timeout(90)
+def test_benchmark_page_shows_every_recorded_median(site):
+    page = (DOCS / "benchmarks.md").read_text()
+    html = (site / "benchmarks.html").read_text()
+    assert ":::" not in html, "an unrendered table directive on benchmarks.html"
+    reports = re.findall(r"^```\{benchmark-cases\} (\S+)$", page, re.MULTILINE)
+    assert reports, "docs/benchmarks.md shows no benchmark run"
+    for report in reports:
+        for case in json.loads((DOCS / report).read_text())["cases"]:
+            shown = {label: f">{median:,.0f}<" for label, median in case["medians"].items() if median >= 100}
+            missing = [label for label, cell in shown.items() if cell not in html]
+            assert missing == [], f"{report}, case {case['name']}: no cell for the medians of {missing}"
+
+
+# its own run, and at most one more run ahead of it in the queue
+@pytest.mark.timeout(2 * EXAMPLE_TIMEOUT + 30)
 @pytest.mark.parametrize("page", RUNNABLE_PAGES, ids=lambda page: str(page.relative_to(DOCS)))
-def test_runnable_examples_run(page, tmp_path):
-    script = tmp_path / "example.py"
-    script.write_text("\n\n".join(runnable_blocks(page)))
-    # A session of its own: whatever the example starts (clients) is ended with it, by its process group.
-    process = subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env={**subprocess_env(), "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=75)
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait(timeout=10)
-    assert process.returncode == 0, f"the runnable examples of {page.name} failed:\n{output}"
+def test_runnable_examples_run(page, examples):
+    returncode, output = examples.runs[page].result()
+    assert returncode == 0, f"the runnable examples of {page.name} failed:\n{output}"
 
 
 def test_the_pages_mark_examples_runnable():
