@@ -28,6 +28,7 @@ from gymnasium import spaces
 __all__ = ["PROBE_ENV_ID", "ProbeEnv", "probe_spaces"]
 
 PROBE_ENV_ID = "gym_remote/Probe-v0"
+"""The probe's Gymnasium id, registered when ``gym_remote`` is imported."""
 
 EPISODE_LIMIT = 5
 """Every episode is truncated at this step (and may terminate at the same step)."""

@@ -26,6 +26,7 @@ from gym_remote.vector_env import RemoteVectorEnv
 __all__ = ["REMOTE_VECTOR_ENV_ID", "make_remote_vector_env", "register"]
 
 REMOTE_VECTOR_ENV_ID = "gym_remote/RemoteVectorEnv-v0"
+"""The id to give ``gym.make_vec`` for a RemoteVectorEnv."""
 
 
 def make_remote_vector_env(

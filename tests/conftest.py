@@ -46,6 +46,7 @@ ONE_PLANE_MODULES = {
     "test_cpp_client",
     "test_data_plane",
     "test_docs",
+    "test_docs_site",
     "test_episodes",
     "test_examples",
     "test_fleet",
