@@ -160,6 +160,8 @@ def test_each_client_runs_where_its_options_place_it(three_nodes):
             pinned(other, soft=False)[0],
             {"num_cpus": 2, "scheduling_strategy": "SPREAD"},  # only the head has 2 CPUs
         ],
+        liveness_timeout=2.0,
+        client_kwargs={"liveness_timeout": 2.0},
         connect_timeout=60,
     )
     sync = gym.vector.SyncVectorEnv(env_fns)
@@ -168,6 +170,16 @@ def test_each_client_runs_where_its_options_place_it(three_nodes):
         assert_same_steps(envs, sync, (rng.integers(0, 2, size=6) for _ in range(40)), seed=3)
         assert envs.node_ids() == [renderer, other, head]
         assert served_nodes(envs) == {"ray-0": {renderer}, "ray-1": {other}, "ray-2": {head}}
+
+        stepper = Stepper(envs)  # ray-1 may run nowhere else: once its node is gone, Ray lets its actor die
+        lost_slots = slots_of(envs, "ray-1")
+        stepper.while_removing(three_nodes, other)
+        assert sorted(stepper.lost) == lost_slots
+        started = time.monotonic()
+        with pytest.raises(RayPlacementError, match=r"ray-1 \(slots .*its actor is dead.*soft=False"):
+            for _ in range(100):
+                stepper.step()
+        assert time.monotonic() - started < 10
     finally:
         envs.close()
         sync.close()
