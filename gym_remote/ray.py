@@ -342,7 +342,7 @@ class RayClients:
         resources_per_client: dict[str, float] | None = None,
         client_options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         placement_strategy: str | None = None,
-        placement_timeout: float | None = 2.0,
+        placement_timeout: float | None = 5.0,
         max_restarts: int = 3,
         client_kwargs: dict[str, Any] | None = None,
         secret: str | bytes | None = None,
@@ -660,9 +660,11 @@ class RayVectorEnv(RemoteVectorEnv):
         placement_timeout: seconds a client's actor may go unplaced for want of room before a call that waits
             for its slots raises (Ray queues its request; or its bundle of a placement group has no node; or, for
             node affinity, whose requests Ray does not report, no node has its resources free: then 10 s at
-            least, :data:`UNREPORTED_GRACE_SECONDS`). ``None``: without limit (a cluster that an autoscaler
-            grows; then resources no node has are not refused up front either, and calls wait up to
-            ``connect_timeout``).
+            least, :data:`UNREPORTED_GRACE_SECONDS`). Ray's queue tells request shapes, not whose: on a cluster
+            where others wait for the same resources, an actor whose worker takes longer than this to start
+            would be taken for one left without room, so give it more there. ``None``: without limit (a
+            cluster that an autoscaler grows; then resources no node has are not refused up front either, and
+            calls wait up to ``connect_timeout``).
         max_restarts: how often Ray restarts an actor whose process died (and reruns its client).
         bind: the endpoint the actors connect to (default: a free ``tcp://`` port on loopback if
             the cluster is just this node, else on this node's Ray address). Beyond loopback it
@@ -683,7 +685,7 @@ class RayVectorEnv(RemoteVectorEnv):
         resources_per_client: dict[str, float] | None = None,
         client_options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         placement_strategy: str | None = None,
-        placement_timeout: float | None = 2.0,
+        placement_timeout: float | None = 5.0,
         max_restarts: int = 3,
         bind: str | None = None,
         client_kwargs: dict[str, Any] | None = None,
