@@ -71,8 +71,10 @@ class Nodes:
 
     def __init__(self) -> None:
         self.cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "num_cpus": 2})
-        self.head = self.cluster.head_node.node_id
-        self.session = os.path.basename(self.cluster.head_node.get_session_dir_path())
+        head = self.cluster.head_node
+        assert head is not None
+        self.head: str = head.node_id
+        self.session = os.path.basename(head.get_session_dir_path())
         self.workers: list = []
         for renderer in (True, False):
             self.add(renderer)
@@ -190,7 +192,7 @@ def test_a_strict_spread_placement_group_puts_each_client_on_a_node_of_its_own(t
     try:
         envs.reset(seed=0)
         nodes = envs.node_ids()
-        assert sorted(nodes) == sorted([three_nodes.head, *(node.node_id for node in three_nodes.workers)])
+        assert sorted(map(str, nodes)) == sorted([three_nodes.head, *(node.node_id for node in three_nodes.workers)])
         assert served_nodes(envs) == {f"ray-{index}": {node} for index, node in enumerate(nodes)}
     finally:
         envs.close()
@@ -229,7 +231,7 @@ def slots_of(envs: RayVectorEnv, client: str) -> list[int]:
 def hosting(envs: RayVectorEnv, nodes: Nodes) -> str:
     """A worker node (not the head) on which a client runs."""
     workers = {node.node_id for node in nodes.workers}
-    return next(node for node in envs.node_ids() if node in workers)
+    return next(node for node in envs.node_ids() if node is not None and node in workers)
 
 
 def test_a_lost_node_s_clients_restart_where_there_is_room_and_else_the_next_step_says_so(three_nodes):
