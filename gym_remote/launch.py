@@ -3,8 +3,8 @@
 
 A :class:`Launcher` is what the :class:`~gym_remote.server.SlotServer` needs of one: the slots it
 reserves (``launches``), ``start``, ``poll`` (while the server waits), the news of its clients
-(``on_join``, ``on_lost``, ``failed``, ``refused``) and ``stop``. ``gym_remote.ray.RayClients``
-is the other one.
+(``on_join``, ``on_lost``, ``failed``, ``refused``), ``check_empty`` (while a call waits for
+clients) and ``stop``. ``gym_remote.ray.RayClients`` is the other one.
 
 Each local process runs :func:`child_main` on a payload file and serves a contiguous share of the
 ``env_fns`` (``env_fns[i]`` always serves slot ``i``). The env functions travel with cloudpickle
@@ -85,6 +85,10 @@ class Launcher(Protocol):
 
     def exited(self, index: int) -> bool:
         """Whether launched client ``index`` is known to have ended (it is not waited for on close)."""
+
+    def check_empty(self, empty: list[int]) -> None:
+        """A call waits for clients to serve the ``empty`` slots (asked again as it waits): raise if the launcher
+        knows that some will not come soon (e.g. Ray cannot place them), rather than let the wait run out."""
 
     def stop(self, timeout: float) -> None:
         """End every client (after the server told them to leave), within ``timeout`` seconds."""
@@ -272,6 +276,9 @@ class LocalClients:
         """Whether client ``index``'s process has ended."""
         process = self.processes[index]
         return process is not None and process.poll() is not None
+
+    def check_empty(self, empty: list[int]) -> None:
+        pass  # a client that cannot be kept going makes poll() raise
 
     def poll_exits(self) -> list[tuple[int, int]]:
         """``(index, exit code)`` of the client processes that ended since the last call."""

@@ -424,7 +424,12 @@ class SlotServer:
         )
 
     def remind_empty(self, empty: list[int], waited: float, limit: float) -> None:
-        """Say (every :data:`REMIND_SECONDS` of a wait) which slots still wait for a client, and for how long more."""
+        """Say (every :data:`REMIND_SECONDS` of a wait) which slots still wait for a client, and for how long more.
+
+        The launcher is asked first (every time): it raises if it knows that some of them will get no client soon.
+        """
+        if self.launcher is not None:
+            self.launcher.check_empty(empty)
         if waited < self._reminded_after + REMIND_SECONDS:
             if waited < self._reminded_after:  # a new wait
                 self._reminded_after = 0.0

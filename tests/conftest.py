@@ -59,6 +59,7 @@ ONE_PLANE_MODULES = {
     "test_protocol",
     "test_protocol_document",
     "test_ray",
+    "test_ray_cluster",
     "test_reach",
     "test_relay",
     "test_rllib",
