@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import time
 
 import gymnasium as gym
 import numpy as np
