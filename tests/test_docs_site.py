@@ -36,6 +36,7 @@ PUBLIC_MODULES = [
     "gym_remote",
     "gym_remote.sb3",
     "gym_remote.ray",
+    "gym_remote.rllib",
     "gym_remote.registration",
     "gym_remote.security",
     "gym_remote.fleet",
