@@ -127,7 +127,8 @@ class Header(NamedTuple):
     version: int
     kind: int
     flags: int
-    count: int
+    # the wire's name (PROTOCOL.md), shadowing tuple.count(), which no one calls on a Header
+    count: int  # pyright: ignore[reportIncompatibleMethodOverride]
     seq: int
 
 

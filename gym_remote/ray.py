@@ -32,7 +32,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
     raise ImportError('gym_remote.ray needs Ray: pip install "ray>=2.40" (the "ray" extra)') from error
 
 from gym_remote.client import EnvClient
-from gym_remote.launch import split_evenly
+from gym_remote.launch import LaunchSlot, split_evenly
 from gym_remote.vector_env import RemoteVectorEnv
 
 __all__ = ["RayClients", "RayVectorEnv"]
@@ -68,7 +68,7 @@ class RayClients:
     Args: as :class:`RayVectorEnv`'s of the same names; ``secret`` is given to the clients.
     """
 
-    launches: tuple = ()
+    launches: tuple[LaunchSlot, ...] = ()
     local_processes = 0
 
     def __init__(
@@ -112,7 +112,8 @@ class RayClients:
         """Start one actor per share of ``env_fns``; each serves its envs to ``address``."""
         actor_class = ray.remote(_ClientActor)
         for index, (first, size) in enumerate(split_evenly(len(self.env_fns), self.num_clients)):
-            actor = actor_class.options(**self.options).remote()
+            # (Any: Ray's types see an actor's methods as plain functions, without their .remote)
+            actor: Any = actor_class.options(**self.options).remote()
             self.actors.append(actor)
             share = self.env_fns[first : first + size]
             self._runs.append(actor.serve.remote(address, share, f"ray-{index}", self.client_kwargs))
@@ -195,8 +196,9 @@ class RayVectorEnv(RemoteVectorEnv):
             secret=kwargs["security"].secret if kwargs.get("security") is not None else kwargs.get("secret"),
         )
         super().__init__(num_envs=len(launcher.env_fns), bind=bind, launcher=launcher, **kwargs)
+        self._ray_clients = launcher
 
     @property
     def actors(self) -> list[Any]:
         """The clients' Ray actor handles, one per client share of ``env_fns``."""
-        return list(self.launcher.actors)
+        return list(self._ray_clients.actors)
