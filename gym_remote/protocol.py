@@ -179,7 +179,7 @@ class ResultFrame:
         HEADER.pack_into(self.buffer, 0, MAGIC, PROTOCOL_VERSION, Kind.RESULT, flags, self.count, seq)
         return self.buffer
 
-    def pack_subset(self, seq: int, flags: int, indexes: Sequence[int]) -> bytes:
+    def pack_subset(self, seq: int, flags: int, indexes: Sequence[int] | np.ndarray) -> bytes:
         """A new frame for the envs ``indexes`` only (the answer to a command with :data:`FLAG_SUBSET`)."""
         return b"".join(
             [
