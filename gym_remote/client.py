@@ -163,7 +163,6 @@ class HostedEnvs:
         """The envs a command is for: ``indexes``, or all (None)."""
         return range(self.count) if indexes is None else indexes
 
-
     def step(
         self, actions: Sequence[Any], indexes: Sequence[int] | None = None, each: bool = False
     ) -> tuple[list[dict], list[tuple[Any, dict] | None] | None, list[Exception | None] | None]:
@@ -797,7 +796,9 @@ class EnvClient:
         self._wait_for_handshake(deadline)
         if self.data_plane:
             block_bytes = _block_bytes(hosted) if self.data_plane == "shm" else None
-            reason, unexpected = self._session_connection().open_channel(self._max_message_bytes or (1 << 62), block_bytes)
+            reason, unexpected = self._session_connection().open_channel(
+                self._max_message_bytes or (1 << 62), block_bytes
+            )
             if reason:
                 self._no_data_channel(f"no data channel for this address ({reason})", unexpected)
         hello = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")

@@ -83,7 +83,11 @@ def lookup(plans: dict[bytes, Plan]) -> PlanOf:
 
 
 def step(
-    actions: Any, count: int, action_space: gym.Space, leaf_spaces: list[codec.ArrayLeaf] | None, batched_space: gym.Space
+    actions: Any,
+    count: int,
+    action_space: gym.Space,
+    leaf_spaces: list[codec.ArrayLeaf] | None,
+    batched_space: gym.Space,
 ) -> Callable[[PlanOf], Builder]:
     """The STEP messages for ``actions``, a batch of ``count`` (``batched_space``: the single
     ``action_space`` batched ``count`` times), checked and split once, for any plans.

@@ -122,7 +122,7 @@ class LocalClients:
         connect_timeout: float,
         liveness_timeout: float = 10.0,
         max_restarts: int = 3,
-        data_plane: bool = True,
+        data_plane: bool | str = True,
         spin: float = 0.0,
     ) -> None:
         self.env_fns = list(env_fns)

@@ -227,7 +227,7 @@ class SlotServer:
         max_connections: int | None = None,
         handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
         spin: float = DEFAULT_SPIN_SECONDS,
-        data_plane: bool = True,
+        data_plane: bool | str = True,
     ) -> None:
         self._spin = SpinGate(spin)
         self._other_threads = OtherThreads()  # a trainer thread next to the learner leaves no core for a spin
