@@ -163,9 +163,10 @@ class ResultBatch:
 
     def last_observation(self, slot: int) -> Any:
         """A copy of the last observation the batch holds for ``slot``."""
-        if not self.is_array:
+        leaves = self.leaves
+        if leaves is None:
             return deepcopy(self.env_obs[slot])
-        return codec.leaves_to_batch(self.space, [leaf[slot].copy() for leaf in self.leaves])
+        return codec.leaves_to_batch(self.space, [leaf[slot].copy() for leaf in leaves])
 
     def step_results(self, copy: bool, per_env: bool = False) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """What ``step`` returns: every slot, the observations copied if ``copy``; with ``per_env``
@@ -198,8 +199,9 @@ class ResultBatch:
         """What ``recv`` returns: the rows of ``slots`` in this order, their infos, and ``infos["env_id"]``
         (nothing is consumed: see :meth:`forget_infos`)."""
         ids = np.asarray(slots, dtype=np.int32)
-        if self.is_array:
-            observations = codec.leaves_to_batch(self.space, [leaf[ids] for leaf in self.leaves])
+        leaves = self.leaves
+        if leaves is not None:
+            observations = codec.leaves_to_batch(self.space, [leaf[ids] for leaf in leaves])
         else:
             empty = create_empty_array(self.space, n=len(slots), fn=np.zeros)
             observations = deepcopy(concatenate(self.space, [self.env_obs[slot] for slot in slots], empty))
@@ -237,9 +239,11 @@ class Landing:
 
     def targets(self, client: ClientInfo, header: protocol.Header) -> list[np.ndarray]:
         plan = self.plan_of(client) if self.plan_of is not None else None
-        whole = plan is None or plan.indexes is None
-        slots = self._slots = client.slots if whole else plan.slots
-        self._whole = whole
+        if plan is None or plan.indexes is None:
+            whole, slots = True, client.slots
+        else:
+            whole, slots = False, plan.slots
+        self._slots, self._whole = slots, whole
         if header.count != len(slots):
             raise ProtocolError(f"RESULT for {header.count} envs, the command was for {len(slots)}")
         if whole:
@@ -251,8 +255,10 @@ class Landing:
     def land(self, client: ClientInfo, header: protocol.Header, scalars: bytes | None, value: Any) -> None:
         batch, slots, whole = self.batch, self._slots, self._whole
         count = len(slots)
+        # a RESULT always has its scalars (None comes only with the CALL_RESULTs of other sinks): no check here
+        frame: bytes = scalars  # pyright: ignore[reportAssignmentType]
         # of one env (the most common client) as Python scalars, stored at its slot: much cheaper than arrays of one
-        results = protocol.parse_one_result(scalars) if count == 1 else protocol.parse_result_scalars(scalars, count)
+        results = protocol.parse_one_result(frame) if count == 1 else protocol.parse_result_scalars(frame, count)
         rows = client.rows if whole else np.asarray(slots, dtype=np.intp)
         failed = self._failed(client, slots, header.seq, value) if type(value) is dict and "errors" in value else ()
         if value is not None:
@@ -265,10 +271,11 @@ class Landing:
                 batch.slot_finals.pop(slot, None)
         at = slots[0] if count == 1 else rows
         batch.rewards[at], batch.terminations[at], batch.truncations[at] = results
-        if batch.is_array and (not whole or client.slot_slice is None):  # not received in place
-            for leaf, target in zip(batch.leaves, self._scratch, strict=True):
+        leaves = batch.leaves
+        if leaves is not None and (not whole or client.slot_slice is None):  # not received in place
+            for leaf, target in zip(leaves, self._scratch, strict=True):
                 leaf[rows] = target
-        if failed:
+        if failed and self.failures is not None:  # (_failed() makes sure it is)
             self.failures.extend((slot, header.seq, error) for slot, error in failed.items())
         if self.arrivals is not None:
             landed = [slot for slot in slots if slot not in failed] if failed else slots
@@ -281,6 +288,8 @@ class Landing:
         if self.failures is None:
             raise ProtocolError("RESULT lists errors, but its command did not ask for them (FLAG_EACH)")
         reports = _checked_list(value["errors"], len(slots), "errors")
+        if reports is None:
+            return {}
         return {
             slot: client.env_error(report, "step", client.slots.index(slot))
             for slot, report in zip(slots, reports, strict=True)

@@ -29,7 +29,7 @@ def interleaved_medians(
     cases: dict[str, Case],
     repeats: int,
     runs: dict[str, list[float]] | None = None,
-    on_run: Callable[[str], None] | None = None,
+    on_run: Callable[[str], object] | None = None,
 ) -> dict[str, float]:
     """Each case measured ``repeats`` times, the cases taking turns; the median of each.
 

@@ -671,7 +671,7 @@ def bench_verdict(medians: dict[str, float]) -> str:
     """One line that answers ``gym-remote bench``'s question from its medians: which is fastest, and why."""
     remote = {name: rate for name, rate in medians.items() if name.startswith("RemoteVectorEnv")}
     local = {name: rate for name, rate in medians.items() if name not in remote}
-    best_remote, best_local = max(remote, key=remote.get), max(local, key=local.get)
+    best_remote, best_local = max(remote, key=remote.__getitem__), max(local, key=local.__getitem__)
     ratio = remote[best_remote] / local[best_local]
     if ratio >= 1:
         return (

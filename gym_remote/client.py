@@ -141,7 +141,8 @@ class HostedEnvs:
         self.observation_space = observation_space
         self.autoreset_mode = autoreset_mode
         self.observation_leaves = codec.array_leaf_spaces(observation_space)
-        self.observations = (
+        # Any: an array, dict or tuple of arrays, as the space is (what gather() writes into)
+        self.observations: Any = (
             create_empty_array(observation_space, n=count, fn=np.zeros) if self.observation_leaves is not None else None
         )
         self.observation_frames = (
@@ -162,16 +163,6 @@ class HostedEnvs:
         """The envs a command is for: ``indexes``, or all (None)."""
         return range(self.count) if indexes is None else indexes
 
-    def new_actions(self, count: int, dtypes: Sequence[np.dtype] | None = None) -> list[np.ndarray]:
-        """Fresh arrays to receive the action leaves of a STEP for ``count`` envs (in the space's dtypes
-        unless given).
-
-        Fresh, not reused: an env may keep the action it was given, as it may with ``SyncVectorEnv``.
-        """
-        if dtypes is None:
-            dtypes = [leaf.dtype for leaf in self.action_leaves]
-        return [np.empty((count, *leaf.shape), dtype=dtype) for leaf, dtype in zip(self.action_leaves, dtypes)]
-
     def step(
         self, actions: Sequence[Any], indexes: Sequence[int] | None = None, each: bool = False
     ) -> tuple[list[dict], list[tuple[Any, dict] | None] | None, list[Exception | None] | None]:
@@ -184,7 +175,7 @@ class HostedEnvs:
         """
         infos: list[dict] = []
         finals: list[tuple[Any, dict] | None] | None = None
-        errors: list[Exception | None] | None = [None] * len(actions) if each else None
+        errors = _NO_ERRORS * len(actions) if each else None
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         envs, env_obs, autoreset = self.envs, self.env_obs, self.autoreset
@@ -205,7 +196,7 @@ class HostedEnvs:
                         final = (obs, info)
                         obs, info = env.reset()
                         if finals is None:
-                            finals = [None] * len(actions)
+                            finals = _NO_FINALS * len(actions)
                         finals[position] = final
                 if each:
                     result.rewards[index] = reward  # (a reward that is not a number is this env's error)
@@ -587,6 +578,16 @@ class EnvClient:
         except ValueError as error:  # not an address ZeroMQ can connect to
             raise ValueError(f"client {self.name}: {error}") from None
 
+    def _session_connection(self) -> ServerConnection:
+        """This session's links to the server.
+
+        Raises:
+            RuntimeError: the client has no session (it is not running).
+        """
+        if self._connection is None:
+            raise RuntimeError(f"client {self.name} has no connection to a server: it is not running")
+        return self._connection
+
     def _say_bye(self) -> None:
         connection = self._connection
         if connection is not None and connection.send_last(protocol.message(Kind.BYE), 0.5):
@@ -604,7 +605,7 @@ class EnvClient:
             JoinRefusedError: the server turned down this client's security handshake for good.
         """
         dropped = False
-        for event, value in self._connection.events():
+        for event, value in self._session_connection().events():
             if event is ConnectionEvent.DROPPED:
                 dropped = True
             elif event is ConnectionEvent.HANDSHAKE_SUCCEEDED:
@@ -755,7 +756,8 @@ class EnvClient:
             protocol.slab_frame_sizes(hosted.count, observation_space, action_space) if welcome.get("slabs") else None
         )
         self._take_data_channel(welcome.get("data_channel") is True, welcome.get("shared_memory") is True, slabs)
-        channel = self._connection.channel
+        connection = self._session_connection()
+        channel = connection.active_channel
         self._reply_slab = None
         hosted.configure(
             observation_space,
@@ -763,7 +765,7 @@ class EnvClient:
             AutoresetMode(welcome["autoreset_mode"]),
             reset_first=bool(welcome.get("reset_first", False)),
         )
-        if channel is not None and channel.slabs and self._connection.on_channel:
+        if channel is not None and channel.slabs:
             self._reply_slab = _ReplySlab(hosted)
         self._connection_dropped()  # forget events from before this session's WELCOME
         self._welcomed_session = self.session
@@ -772,7 +774,7 @@ class EnvClient:
             self.name,
             format_slots(self.slots),
             welcome["server"],
-            " over its same-host data channel" if self._connection.on_channel else " over ZeroMQ",
+            " over its same-host data channel" if channel is not None else " over ZeroMQ",
             f" (rejoined after losing its server, {self.rejoins} time(s) so far)" if self.rejoins else "",
         )
         return None
@@ -780,7 +782,7 @@ class EnvClient:
     def _receive(self, timeout: float) -> tuple[bytes, Message] | None:
         """The next message before WELCOME (None if none came, or the link broke: then it counts as dropped)."""
         try:
-            return self._connection.next_message(timeout)
+            return self._session_connection().next_message(timeout)
         except LinkBroken as error:
             logger.info("client %s: %s", self.name, error)
             self._connect(linger=0)
@@ -794,7 +796,9 @@ class EnvClient:
         self._wait_for_handshake(deadline)
         if self.data_plane:
             block_bytes = _block_bytes(hosted) if self.data_plane == "shm" else None
-            reason, unexpected = self._connection.open_channel(self._max_message_bytes or (1 << 62), block_bytes)
+            reason, unexpected = self._session_connection().open_channel(
+                self._max_message_bytes or (1 << 62), block_bytes
+            )
             if reason:
                 self._no_data_channel(f"no data channel for this address ({reason})", unexpected)
         hello = protocol.message(Kind.HELLO, self._hello(hosted), count=hosted.count, what="HELLO")
@@ -837,7 +841,7 @@ class EnvClient:
     ) -> None:
         """Use the data channel (and its shared block, and its slabs for the frame sizes ``slabs``) if the WELCOME
         took it; else close it (saying why, once)."""
-        connection = self._connection
+        connection = self._session_connection()
         if taken and connection.channel is not None:
             if connection.block is not None and not shared_memory:
                 logger.info("client %s: the server did not take the shared block; serving over the socket", self.name)
@@ -875,7 +879,7 @@ class EnvClient:
         act_spaces, act_index = _distinct([env.action_space for env in hosted.envs])
         first = hosted.envs[0]
         metadata, metadata_pickle = _split_metadata(dict(first.metadata), trusted)
-        token = self._connection.token
+        token = self._session_connection().token
         return {
             "protocol": protocol.PROTOCOL_VERSION,
             "name": self.name,
@@ -922,7 +926,7 @@ class EnvClient:
                     return _End.EXIT
                 if self._connection_dropped():
                     return _End.LOST
-                stalled = self._connection.stalled_for(time.monotonic())
+                stalled = self._session_connection().stalled_for(time.monotonic())
                 if stalled >= self.liveness_timeout:
                     raise _ServerGone(
                         f"the server at {self.address} took nothing from this client for {stalled:.1f} s (it "
@@ -955,14 +959,15 @@ class EnvClient:
             _ServerGone: a link to the server broke (its data channel closed: the server is gone, or ended
                 this membership).
         """
-        connection = self._connection
-        spin = self._spin.now() if connection.on_channel else 0.0
+        connection: ServerConnection = self._connection  # pyright: ignore[reportAssignmentType] -- see _send
+        on_channel = connection.active_channel is not None
+        spin = self._spin.now() if on_channel else 0.0
         since = time.perf_counter()
         try:
             received = connection.next_message(IDLE_POLL_SECONDS, spin)
         except LinkBroken as error:
             raise _ServerGone(str(error)) from None
-        if received is not None and connection.on_channel:
+        if received is not None and on_channel:
             # slow commands (a slow learner, or one starved of CPU) turn the spin off until they come fast again
             self._spin.waited(time.perf_counter() - since)
         return received
@@ -1054,12 +1059,13 @@ class EnvClient:
         count = header.count
         if header.flags & FLAG_VALUE:
             return _per_env(self._read_value(header, message)["actions"], header, "actions")
-        if hosted.action_leaves is None:
+        leaves = hosted.action_leaves
+        if leaves is None:
             raise ProtocolError("STEP without actions: this action space needs them in a value section")
         dtypes = None
         if header.flags & protocol.FLAG_DTYPES:
-            dtypes = protocol.parse_step_dtypes(frame, len(hosted.action_leaves))
-        targets = hosted.new_actions(count, dtypes)
+            dtypes = protocol.parse_step_dtypes(frame, len(leaves))
+        targets = _new_actions(leaves, count, dtypes)
         message.next_into(targets, "STEP")
         if message.more():
             raise ProtocolError("STEP message has more frames than the action space needs")
@@ -1100,11 +1106,12 @@ class EnvClient:
             extra["errors"] = [None if error is None else error_report(error) for error in errors]
         flags = FLAG_VALUE if extra else 0
         if not flags and indexes is None and self._reply_slab is not None:
+            connection: ServerConnection = self._connection  # pyright: ignore[reportAssignmentType] -- see _send
             try:
-                frames = self._connection.reply_slab()
-                if frames is not None:
-                    self._reply_slab.write(frames, hosted, seq)
-                    self._connection.post_slab()
+                slab_frames = connection.reply_slab()
+                if slab_frames is not None:
+                    self._reply_slab.write(slab_frames, hosted, seq)
+                    connection.post_slab()
                     return
             except LinkBroken as error:
                 raise _ServerGone(f"could not send RESULT to the server at {self.address}: {error}") from None
@@ -1129,6 +1136,8 @@ class EnvClient:
                 return protocol.value_frames(extra, allow_pickle=self._trusted, label=label)
             except EncodeError as error:
                 position = error.path[1][0]
+                if type(position) is not int:  # (every entry of the value section is a list, one item per env)
+                    raise
                 if not each or error.path[0][0] == "errors":
                     raise EnvFailure(envs[position], error) from error
                 self._log_error(error, envs[position])
@@ -1183,19 +1192,37 @@ class EnvClient:
         Raises:
             _ServerGone: the link to the server broke.
         """
+        # the step path runs in a session only, which has its connection (no check per message here)
+        connection: ServerConnection = self._connection  # pyright: ignore[reportAssignmentType]
         try:
-            self._connection.send(frames)
+            connection.send(frames)
         except LinkBroken as error:
             raise _ServerGone(f"could not send {what} to the server at {self.address}: {error}") from None
 
     def _send_last(self, frames: Sequence[Any], what: str) -> None:
         """Send the last message of a session (a BYE): one that does not go out at once is given up on."""
-        if not self._connection.send_last(frames, 0.5):
+        if not self._session_connection().send_last(frames, 0.5):
             logger.info("client %s: the server took no %s; leaving without it", self.name, what)
 
     def _parent_alive(self) -> bool:
         parent = (self._launch or {}).get("parent_pid")
         return parent is None or os.getppid() == parent
+
+
+_NO_ERRORS: list[Exception | None] = [None]
+_NO_FINALS: list[tuple[Any, dict] | None] = [None]
+"""(Typed one-item lists, which HostedEnvs.step multiplies into one entry per env.)"""
+
+
+def _new_actions(leaves: list[codec.ArrayLeaf], count: int, dtypes: Sequence[np.dtype] | None) -> list[np.ndarray]:
+    """Fresh arrays to receive the action ``leaves`` of a STEP for ``count`` envs (in the leaves' dtypes unless
+    given).
+
+    Fresh, not reused: an env may keep the action it was given, as it may with ``SyncVectorEnv``.
+    """
+    if dtypes is None:
+        dtypes = [leaf.dtype for leaf in leaves]
+    return [np.empty((count, *leaf.shape), dtype=dtype) for leaf, dtype in zip(leaves, dtypes)]
 
 
 def _shared_envs(envs: Sequence[gym.Env]) -> list[int]:

@@ -22,7 +22,7 @@ import math
 import re
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import cloudpickle
 import numpy as np
@@ -37,6 +37,7 @@ __all__ = [
     "decode",
     "space_to_value",
     "space_from_value",
+    "ArrayLeaf",
     "array_leaf_spaces",
     "batch_leaves",
     "leaves_to_batch",
@@ -469,7 +470,18 @@ LEAF_SPACES = _BOX_LIKE
 """The spaces whose values are one array each (the leaves of :func:`array_leaf_spaces`)."""
 
 
-def leaf_bytes(space: spaces.Space) -> int:
+class ArrayLeaf(Protocol):
+    """An array leaf space (one of :data:`LEAF_SPACES`) as its users see it: each value is one array of ``shape``
+    and ``dtype``."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+
+def leaf_bytes(space: ArrayLeaf) -> int:
     """The bytes of one value of the array leaf ``space`` (one of :data:`LEAF_SPACES`)."""
     return int(np.prod(space.shape, dtype=np.int64)) * np.dtype(space.dtype).itemsize
 
@@ -506,8 +518,8 @@ def _describe_space(space: spaces.Space, allow_pickle: bool) -> dict[str, Any]:
             "dtype": space.dtype.str,
         }
     if isinstance(space, spaces.MultiBinary):
-        n = space.n
-        return {"space": "MultiBinary", "n": int(n) if np.ndim(n) == 0 else [int(v) for v in n]}
+        n = np.asarray(space.n)
+        return {"space": "MultiBinary", "n": int(n) if n.ndim == 0 else [int(v) for v in n]}
     if isinstance(space, spaces.Dict):
         return {
             "space": "Dict",
@@ -548,7 +560,7 @@ def rng_to_value(rng: np.random.Generator) -> dict[str, Any]:
     state = rng.bit_generator.state
     if state.get("bit_generator") not in _BIT_GENERATORS:
         raise EncodeError(f"cannot send a random generator with the bit generator {state.get('bit_generator')!r}")
-    return state
+    return dict(state)
 
 
 def rng_from_value(value: Any) -> np.random.Generator:
@@ -691,17 +703,19 @@ class BatchedSpaces:
         return batched
 
 
-def array_leaf_spaces(space: spaces.Space) -> list[spaces.Space] | None:
+def array_leaf_spaces(space: spaces.Space) -> list[ArrayLeaf] | None:
     """The array leaves of ``space`` in wire order, or ``None`` if its samples are not fixed-size arrays.
 
     Box, Discrete, MultiDiscrete and MultiBinary are leaves; Dict (in its key order) and Tuple nest
     them. A batch of such a space is one array per leaf, which travels as one raw frame per leaf.
     """
     if isinstance(space, _BOX_LIKE):
-        return [space]
+        # Gymnasium types the shape and dtype of Discrete, MultiDiscrete and MultiBinary as Space's, optional; a
+        # built one has both
+        return [space]  # pyright: ignore[reportReturnType]
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         children = space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces
-        leaves: list[spaces.Space] = []
+        leaves: list[ArrayLeaf] = []
         for child in children:
             child_leaves = array_leaf_spaces(child)
             if child_leaves is None:
@@ -717,7 +731,9 @@ def batch_leaves(space: spaces.Space, batch: Any) -> list[np.ndarray]:
         return [batch]
     if isinstance(space, spaces.Dict):
         return [leaf for key, child in space.spaces.items() for leaf in batch_leaves(child, batch[key])]
-    return [leaf for child, part in zip(space.spaces, batch, strict=True) for leaf in batch_leaves(child, part)]
+    # the rest are Tuples (of array spaces only, as array_leaf_spaces says): no isinstance on the step path
+    children = space.spaces  # pyright: ignore[reportAttributeAccessIssue]
+    return [leaf for child, part in zip(children, batch, strict=True) for leaf in batch_leaves(child, part)]
 
 
 def leaves_to_batch(space: spaces.Space, leaves: Sequence[np.ndarray]) -> Any:
@@ -732,4 +748,5 @@ def _rebuild(node: spaces.Space, remaining: Iterator[np.ndarray]) -> Any:
         return next(remaining)
     if isinstance(node, spaces.Dict):
         return {key: _rebuild(child, remaining) for key, child in node.spaces.items()}
-    return tuple(_rebuild(child, remaining) for child in node.spaces)
+    # the rest are Tuples (see batch_leaves): no isinstance on the step path
+    return tuple(_rebuild(child, remaining) for child in node.spaces)  # pyright: ignore[reportAttributeAccessIssue]

@@ -58,15 +58,17 @@ def plans_for(
     Each client gets its slots among ``slots`` in its own env order (``slots[i]`` takes row ``rows[i]``, by
     default ``i``, of a batch of actions).
     """
+    # the callers pass only served slots: a check of each here would cost on the step path
+    served: Sequence[ClientInfo] = owners  # pyright: ignore[reportAssignmentType]
     grouped: dict[bytes, list[tuple[int, int, int]]] = {}
     for row, slot in zip(range(len(slots)) if rows is None else rows, slots, strict=True):
-        client = owners[slot]
+        client = served[slot]
         grouped.setdefault(client.identity, []).append((client.slots.index(slot), slot, row))
     plans = {}
     for identity, entries in grouped.items():
         entries.sort()
         indexes = [index for index, _, _ in entries]
-        whole_client = len(indexes) == owners[entries[0][1]].count
+        whole_client = len(indexes) == served[entries[0][1]].count
         plans[identity] = Plan(
             [slot for _, slot, _ in entries],
             np.asarray([row for _, _, row in entries], dtype=np.intp),
@@ -81,7 +83,11 @@ def lookup(plans: dict[bytes, Plan]) -> PlanOf:
 
 
 def step(
-    actions: Any, count: int, action_space: gym.Space, leaf_spaces: list[gym.Space] | None, batched_space: gym.Space
+    actions: Any,
+    count: int,
+    action_space: gym.Space,
+    leaf_spaces: list[codec.ArrayLeaf] | None,
+    batched_space: gym.Space,
 ) -> Callable[[PlanOf], Builder]:
     """The STEP messages for ``actions``, a batch of ``count`` (``batched_space``: the single
     ``action_space`` batched ``count`` times), checked and split once, for any plans.
@@ -94,8 +100,7 @@ def step(
     Raises:
         ValueError: ``actions`` does not hold ``count`` actions.
     """
-    leaves = _action_leaves(actions, count, action_space, leaf_spaces)
-    if leaves is None:
+    if leaf_spaces is None or (leaves := _action_leaves(actions, count, action_space, leaf_spaces)) is None:
         per_env = list(iterate(batched_space, actions))
         if len(per_env) != count:
             raise ValueError(f"expected actions for {count} envs, got {len(per_env)}")
@@ -106,13 +111,14 @@ def step(
     def messages(plan_of: PlanOf) -> Builder:
         def build(client: ClientInfo, seq: int) -> list[Any]:
             plan = plan_of(client)
-            subset = plan.indexes is not None
+            indexes = plan.indexes
+            subset = indexes is not None
             rows = [leaf[plan.rows] for leaf in leaves]
             listed = None if own_dtypes else dtypes
             if listed is not None and client.dtypes is not None:
                 rows, listed = _accepted_rows(rows, leaf_spaces, client.dtypes)
             header = protocol.pack_step_header(seq, len(plan.slots), listed, subset=subset)
-            index_frames = [protocol.index_frame(plan.indexes)] if subset else []
+            index_frames = [protocol.index_frame(indexes)] if subset else []
             return [header, *index_frames, *rows]
 
         return build
@@ -121,7 +127,7 @@ def step(
 
 
 def _accepted_rows(
-    rows: list[np.ndarray], leaf_spaces: list[gym.Space], accepted: frozenset[np.dtype]
+    rows: list[np.ndarray], leaf_spaces: list[codec.ArrayLeaf], accepted: frozenset[np.dtype]
 ) -> tuple[list[np.ndarray], list[np.dtype] | None]:
     """``rows`` with every leaf whose dtype the client does not accept cast to its space's dtype (HELLO
     ``dtypes``), and the dtype listing they need (None: all are their spaces' own dtypes)."""
@@ -131,11 +137,9 @@ def _accepted_rows(
 
 
 def _action_leaves(
-    actions: Any, count: int, action_space: gym.Space, leaf_spaces: list[gym.Space] | None
+    actions: Any, count: int, action_space: gym.Space, leaf_spaces: list[codec.ArrayLeaf]
 ) -> list[np.ndarray] | None:
     """The array leaves of a batch of actions, or None unless all are numpy arrays of the batch's shape."""
-    if leaf_spaces is None:
-        return None
     try:
         values = codec.batch_leaves(action_space, actions)
     except (KeyError, TypeError, IndexError, ValueError):

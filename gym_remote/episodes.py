@@ -120,13 +120,13 @@ class Episodes:
         in each slot): their results now report the loss (SAME_STEP). A replacement lost after its reset
         landed ended the episode it began: that loss is reported next."""
         again = {
-            slot: self._lost[slot]
+            slot: (self._lost[slot], reset_by[slot])
             for slot in slots
             if reset_by and slot in self._lost and self._lost_client.get(slot) == reset_by.get(slot, b"")
         }
         self._write(batch, slots)
-        for slot, reason in again.items():
-            self._lost[slot], self._lost_client[slot] = reason, reset_by[slot]
+        for slot, (reason, identity) in again.items():
+            self._lost[slot], self._lost_client[slot] = reason, identity
 
     def report_without_replacement(self, batch: ResultBatch, slots: list[int]) -> None:
         """Report the losses of ``slots`` now, with no replacement to reset them (``empty_slots="mask"``): in

@@ -60,9 +60,14 @@ class Launcher(Protocol):
     ``default_bind``: where the server listens unless told otherwise.
     """
 
-    launches: Sequence[LaunchSlot]
-    local_processes: int
-    default_bind: str
+    @property
+    def launches(self) -> Sequence[LaunchSlot]: ...
+
+    @property
+    def local_processes(self) -> int: ...
+
+    @property
+    def default_bind(self) -> str: ...
 
     def start(self, address: str, *, allow_pickle: bool, security: ClientSecurity | None) -> None:
         """Start the clients; they connect to ``address`` (with ``security``'s keys if given)."""
@@ -70,6 +75,7 @@ class Launcher(Protocol):
     def poll(self) -> list[tuple[int, int]]:
         """``(launch index, exit code)`` of clients that ended since the last call (the server then
         declares them lost); restarts what is due. Raises when a client cannot be kept going."""
+        ...
 
     def on_join(self, client: ClientInfo) -> None:
         """``client`` joined."""
@@ -85,6 +91,7 @@ class Launcher(Protocol):
 
     def exited(self, index: int) -> bool:
         """Whether launched client ``index`` is known to have ended (it is not waited for on close)."""
+        ...
 
     def check_empty(self, empty: list[int]) -> None:
         """A call waits for clients to serve the ``empty`` slots (asked again as it waits): raise if the launcher
@@ -119,7 +126,7 @@ class LocalClients:
         connect_timeout: float,
         liveness_timeout: float = 10.0,
         max_restarts: int = 3,
-        data_plane: bool = True,
+        data_plane: bool | str = True,
         spin: float = 0.0,
     ) -> None:
         self.env_fns = list(env_fns)
@@ -176,17 +183,18 @@ class LocalClients:
         with os.fdopen(descriptor, "wb") as file:
             file.write(json.dumps(header).encode() + b"\n")
             file.write(cloudpickle.dumps(share))
-        self.processes[launch.index] = subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-c", _CHILD_COMMAND, payload],
             stdin=subprocess.DEVNULL,
             env=_child_environment(),
             start_new_session=True,  # Ctrl-C reaches the learner, which then closes its clients
         )
+        self.processes[launch.index] = process
         self._exits_reported.discard(launch.index)
         logger.debug(
             "started local client %d (pid %d) for slots %d-%d",
             launch.index,
-            self.processes[launch.index].pid,
+            process.pid,
             launch.first_slot,
             launch.first_slot + launch.count - 1,
         )

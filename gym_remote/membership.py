@@ -306,6 +306,8 @@ class Membership:
     def observation_space_of(self, slot: int) -> gym.Space:
         """The observation space of the env serving ``slot`` (which must be served)."""
         client = self.slots[slot]
+        if client is None:
+            raise ValueError(f"slot {slot} has no client, hence no observation space yet")
         return client.observation_spaces[client.slots.index(slot)]
 
     def member_with_session(self, session: Any) -> ClientInfo | None:
@@ -332,7 +334,7 @@ class Membership:
 
     def spaces_for(self, client: ClientInfo) -> tuple[gym.Space, gym.Space]:
         """The vector's single spaces as a WELCOME to ``client`` carries them (its own if it is the first)."""
-        if self.observation_space is None:
+        if self.observation_space is None or self.action_space is None:  # (set together, by set_spaces)
             return client.observation_spaces[0], client.action_spaces[0]
         return self.observation_space, self.action_space
 

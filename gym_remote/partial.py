@@ -18,7 +18,7 @@ tells it what happened (:meth:`PartialBatches.collect`, :meth:`PartialBatches.cl
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,12 +85,14 @@ class SlotTable:
     @property
     def parked(self) -> dict[int, Parked]:
         """The PARKED slots and their commands."""
-        return {slot: self._parked[slot] for slot in self.slots_in(SlotState.PARKED)}
+        # a PARKED slot has its command (the state and the command change together)
+        return {slot: self._parked[slot] for slot in self.slots_in(SlotState.PARKED)}  # pyright: ignore[reportReturnType]
 
     @property
     def in_flight(self) -> dict[int, Exchange]:
         """The IN_FLIGHT slots and their exchanges."""
-        return {slot: self._exchange[slot] for slot in self.slots_in(SlotState.IN_FLIGHT)}
+        # an IN_FLIGHT slot has its exchange (the state and the exchange change together)
+        return {slot: self._exchange[slot] for slot in self.slots_in(SlotState.IN_FLIGHT)}  # pyright: ignore[reportReturnType]
 
     @property
     def ready(self) -> list[int]:
@@ -214,8 +216,10 @@ class PartialBatches:
             self.table.park(slot, Parked(Kind.STEP, action=actions[row]))
         if served:
             rows, served_slots = zip(*served, strict=True)
+            # served: the slots with an owner (in this snapshot of them), checked above
+            served_owners: Sequence[ClientInfo] = owners  # pyright: ignore[reportAssignmentType]
             for plan in commands.plans_for(owners, served_slots, rows).values():
-                self._start(owners[plan.slots[0]], plan, messages, "step", each=True)
+                self._start(served_owners[plan.slots[0]], plan, messages, "step", each=True)
         self.dispatch_parked()
 
     def news(self, size: int) -> Callable[[], bool]:
@@ -319,9 +323,11 @@ class PartialBatches:
         due = [slot for slot in sorted(parked) if owners[slot] is not None]
         if not due:
             return False
-        seed = [None] * self.server.num_envs
+        seed: list[int | None] = [None] * self.server.num_envs
         for slot in due:
             command, owner = parked[slot], owners[slot]
+            if owner is None:  # (due: only slots with an owner)
+                continue
             plan = commands.one_slot(owner, slot)
             if command.kind == Kind.RESET:
                 seed[slot] = command.seed
@@ -365,9 +371,13 @@ class PartialBatches:
         start = 0
         while start < len(slots):
             client = owners[slots[start]]
-            channel = server.slab_channel(client) if client is not None else None
-            end = start + client.count if channel is not None else 0
-            if channel is None or slots[start:end] != client.slots:
+            if client is None:
+                return False
+            channel = server.slab_channel(client)
+            if channel is None:
+                return False
+            end = start + client.count
+            if slots[start:end] != client.slots:
                 return False
             members.append((client, channel))
             rows.append(slice(start, end))

@@ -127,7 +127,8 @@ class Header(NamedTuple):
     version: int
     kind: int
     flags: int
-    count: int
+    # the wire's name (PROTOCOL.md), shadowing tuple.count(), which no one calls on a Header
+    count: int  # pyright: ignore[reportIncompatibleMethodOverride]
     seq: int
 
 
@@ -178,7 +179,7 @@ class ResultFrame:
         HEADER.pack_into(self.buffer, 0, MAGIC, PROTOCOL_VERSION, Kind.RESULT, flags, self.count, seq)
         return self.buffer
 
-    def pack_subset(self, seq: int, flags: int, indexes: Sequence[int]) -> bytes:
+    def pack_subset(self, seq: int, flags: int, indexes: Sequence[int] | np.ndarray) -> bytes:
         """A new frame for the envs ``indexes`` only (the answer to a command with :data:`FLAG_SUBSET`)."""
         return b"".join(
             [

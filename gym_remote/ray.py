@@ -329,7 +329,7 @@ class RayClients:
             node of the cluster has (unless ``placement_timeout`` is None).
     """
 
-    launches: Sequence[LaunchSlot] = ()
+    launches: tuple[LaunchSlot, ...] = ()
     local_processes = 0
 
     def __init__(
@@ -432,6 +432,7 @@ class RayClients:
             options = self._place_group()
         actor_class = ray.remote(_ClientActor)
         for index, (first, size) in enumerate(split_evenly(len(self.env_fns), self.num_clients)):
+            # (Any: Ray's types see an actor's methods as plain functions, without their .remote)
             actor: Any = actor_class.options(
                 **options[index], max_restarts=self.max_restarts, max_task_retries=self.max_restarts
             ).remote()

@@ -105,6 +105,8 @@ class RemoteVecEnv(VecEnv):
             observations, infos = self.envs.reset_slots(group, seed=seeds, options=options or None)
             for index in group:
                 self.reset_infos[index] = infos[index]
+        if observations is None:  # (_groups() gives every env a group)
+            raise RuntimeError("reset() found no env to reset")
         if isinstance(self.observation_space, spaces.Dict):
             observations = OrderedDict(observations)
         self._reset_seeds()
@@ -233,7 +235,7 @@ def _is_batch(space: gym.Space, value: Any, count: int) -> bool:
         )
     if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
         try:
-            return np.shape(value) == (count, *space.shape)
+            return np.shape(value) == (count, *(space.shape or ()))  # (Gymnasium types Discrete's shape optional)
         except (ValueError, TypeError):  # a ragged nesting: per-env actions
             return False
     return isinstance(value, (list, tuple, np.ndarray)) and len(value) == count  # batched as a tuple of samples

@@ -26,7 +26,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypeGuard, Union
 
 import zmq
 import zmq.auth
@@ -112,8 +112,7 @@ def create_key_files(name: str, directory: str | os.PathLike[str]) -> tuple[str,
             raise FileExistsError(f"{path} exists already; remove it first to make a new key pair named {name!r}")
     # Create the secret file owner-only before zmq.auth writes into it, so it is never readable by others.
     os.close(os.open(secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    written = zmq.auth.create_certificates(directory, name)
-    return tuple(os.fspath(path) for path in written)  # type: ignore[return-value]
+    return zmq.auth.create_certificates(directory, name)
 
 
 def create_secret_file(path: str | os.PathLike[str]) -> str:
@@ -262,7 +261,7 @@ class AuthorizedKeys:
             self._scanned_at = time.monotonic()
 
 
-def _is_key_text(source: KeySource) -> bool:
+def _is_key_text(source: KeySource) -> TypeGuard[str | bytes]:
     """Whether ``source`` is a key written out rather than a file's path (the key files' suffixes decide
     the rare 40-character path)."""
     if not isinstance(source, (str, bytes)) or len(source) != KEY_LENGTH or os.path.exists(source):
@@ -319,6 +318,8 @@ class ClientSecurity:
 
     def to_payload(self) -> dict[str, str]:
         """For a launched client's payload file (which only the user can read)."""
+        if self.keys.secret is None:
+            raise ValueError("ClientSecurity.keys holds only a public key: a client needs its secret key too")
         return {"server_key": self.server_public.decode(), "client_key": self.keys.secret.decode()}
 
 
@@ -328,22 +329,23 @@ def server_security(
     secret: str | bytes | None = None,
 ) -> ServerSecurity | None:
     """The server's security from the user's arguments; None for none (plain, unauthenticated)."""
-    if server_key is None and secret is None:
-        if authorized_keys is not None:
-            raise ValueError("authorized_keys needs server_key (the server's NAME.key_secret) as well")
-        return None
     if server_key is not None and secret is not None:
         raise ValueError("give server_key or secret, not both: a shared secret defines the server's key pair")
-    authorized = AuthorizedKeys(_sources(authorized_keys))
     if secret is not None:
+        authorized = AuthorizedKeys(_sources(authorized_keys))
         server_keys, client_keys = keys_from_secret(secret)
         authorized.add(client_keys.public, "secret")
         return ServerSecurity(server_keys, authorized, "keys and secret" if authorized_keys else "secret")
+    if server_key is None:
+        if authorized_keys is not None:
+            raise ValueError("authorized_keys needs server_key (the server's NAME.key_secret) as well")
+        return None
     if authorized_keys is None:
         raise ValueError(
             "server_key needs authorized_keys: a directory of the clients' NAME.key files (or a list of keys) "
             "saying who may join"
         )
+    authorized = AuthorizedKeys(_sources(authorized_keys))
     keys = load_key(server_key, secret=True, what="server_key")
     if not len(authorized):
         logger.warning("authorized_keys holds no key yet: no client can join until one is added")

@@ -227,7 +227,7 @@ class SlotServer:
         max_connections: int | None = None,
         handshake_rate: float = DEFAULT_HANDSHAKE_RATE,
         spin: float = DEFAULT_SPIN_SECONDS,
-        data_plane: bool = True,
+        data_plane: bool | str = True,
     ) -> None:
         self._spin = SpinGate(spin)
         self._other_threads = OtherThreads()  # a trainer thread next to the learner leaves no core for a spin
@@ -270,7 +270,7 @@ class SlotServer:
         self._offered: dict[bytes, Channel] = {}  # channels of clients not (yet) admitted: in line
         self._connections: dict[bytes, Any] = {}  # what libzmq told of the connection of each HELLO's sender
         self._unclaimed_channels: set[str] = set()  # client names already told why they got no channel
-        self._slab_members: list[tuple[ClientInfo, Channel]] | tuple | None = None  # see slab_members (None: to make)
+        self._slab_members: list[tuple[ClientInfo, Channel]] | None = None  # see slab_members (None: to make)
 
         self.security = security
         self.context = new_context()  # its own: the gatekeeper answers for every socket of its context
@@ -514,11 +514,11 @@ class SlotServer:
             for client in self.members.clients.values():
                 data = self.slab_channel(client)
                 if data is None:
-                    members = ()
+                    members = []
                     break
                 members.append((client, data))
             if sum(client.count for client, _ in members) != self.num_envs:
-                members = ()
+                members = []
             self._slab_members = members
         return members or None
 
@@ -568,7 +568,8 @@ class SlotServer:
                 self._await(exchange, client)
                 frames = channel.slab_frames()[0]
                 frames[0][:] = protocol.pack_header(Kind.STEP, seq, client.count, flags)
-                frames[1][:] = memoryview(np.ascontiguousarray(action_rows)).cast("B")
+                # numpy's stubs give arrays their buffer protocol (__buffer__) from Python 3.12 on only
+                frames[1][:] = memoryview(np.ascontiguousarray(action_rows)).cast("B")  # pyright: ignore[reportArgumentType]
                 try:
                     channel.post_slab()
                 except LinkBroken as error:
@@ -683,8 +684,8 @@ class SlotServer:
         until = since + gate.now()
         while True:
             for identity, channel in slabs:
-                if identity in pending and channel.slab_holds():
-                    self._dispatch(arrival(identity, channel, channel.receive()))
+                if identity in pending and channel.slab_holds():  # then receive() has the record: no check per spin
+                    self._dispatch(arrival(identity, channel, channel.receive()))  # pyright: ignore[reportArgumentType]
             now = clock()
             if not pending:
                 gate.waited(now - since)
@@ -993,7 +994,7 @@ class SlotServer:
                 seq = min([*self._late.get(identity, ()), *awaited], default=None) if on_route else None
             if seq is not None:
                 self._settle_late(identity, seq)
-        if seq in awaited:
+        if identity is not None and seq in awaited:  # (nothing is awaited without an identity)
             exchange = awaited[seq]
             self.replies_taken += 1
             exchange.pending.pop(identity, None)

@@ -199,7 +199,7 @@ def format_status(report: dict[str, Any]) -> str:
         "rejoins",
         "last seen",
     )
-    rows = [header]
+    rows: list[tuple[str, ...]] = [header]
     for slot in report.get("slots", []):
         mean = slot.get("mean_return")
         common = (

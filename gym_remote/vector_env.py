@@ -9,6 +9,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
 from gym_remote import codec, commands, protocol
-from gym_remote.batch import ResultBatch
+from gym_remote.batch import Landing, ResultBatch
 from gym_remote.client import DEFAULT_SPIN_SECONDS as CLIENT_SPIN_SECONDS
 from gym_remote.episodes import Episodes
 from gym_remote.errors import ClientLostError, ProtocolError, RemoteTimeoutError
@@ -168,6 +169,15 @@ class RemoteVectorEnv(VectorEnv):
         >>> envs.close()
     """
 
+    # Set once by the constructor (_serve), in every form: a vector env that exists has them. (Declared, not set to
+    # None first: close() of a half-built one reads the server through _built_server().)
+    _server: SlotServer
+    # Set once the spaces are known (_set_spaces), before any use: every use follows _ensure_spaces().
+    _single_action_space: gym.Space
+    _action_space: gym.Space
+    _batch: ResultBatch
+    _action_leaf_spaces: list[codec.ArrayLeaf] | None
+
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env]] | None = None,
@@ -205,7 +215,6 @@ class RemoteVectorEnv(VectorEnv):
         # what close() reads, set before anything can raise: Gymnasium before 1.3 closes a half-built
         # vector env too, when it is collected (VectorEnv.__del__)
         self._launcher: Launcher | None = None
-        self._server: SlotServer | None = None
         # step_async / reset_async: the call whose results step_wait / reset_wait collects
         self._waiting_for: str | None = None  # "step" or "reset"
         self._step_call: Exchange | None = None
@@ -243,11 +252,8 @@ class RemoteVectorEnv(VectorEnv):
         self.metadata = {"autoreset_mode": self.autoreset_mode}
         self.render_mode = None
 
-        self._single_observation_space: gym.Space | None = None
-        self._single_action_space: gym.Space | None = None
-        self._observation_space: gym.Space | None = None
-        self._action_space: gym.Space | None = None
-        self._batch: ResultBatch | None = None  # the batch results land in (once the spaces are known)
+        self._single_observation_space: gym.Space | None = None  # (None until the spaces are known)
+        self._observation_space: gym.Space | None = None  # (None until known: observation_mode="different")
         self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
         self._episodes = Episodes(self.num_envs, self.autoreset_mode)
         self._metadata_known = observation_space is not None  # else the first client's metadata is taken
@@ -329,14 +335,14 @@ class RemoteVectorEnv(VectorEnv):
             spin=spin,
             data_plane=serving.data_plane,
         )
-        if serving.observation_space is not None:
+        if serving.observation_space is not None and serving.action_space is not None:  # (both or neither)
             self._set_spaces(serving.observation_space, serving.action_space)
         if launcher is not None:
-            self._start_launcher(options.allow_pickle, local_security)
+            self._start_launcher(launcher, options.allow_pickle, local_security)
 
-    def _start_launcher(self, allow_pickle: bool | None, security: ClientSecurity | None) -> None:
+    def _start_launcher(self, launcher: Launcher, allow_pickle: bool | None, security: ClientSecurity | None) -> None:
         """Start the launcher's clients; wait for those it launches with reserved slots (slot 0 brings the spaces)."""
-        server, launcher = self._server, self._launcher
+        server = self._server
         # clients on this machine reach a server bound to every interface through loopback; others at its address
         address = server.addresses[-1] if launcher.local_processes else server.address
         launcher.start(address, allow_pickle=allow_pickle is not False, security=security)
@@ -377,22 +383,21 @@ class RemoteVectorEnv(VectorEnv):
         self._action_batches = codec.BatchedSpaces(single_action_space)  # for send() to some of the slots
         self._action_space = self._action_batches[self.num_envs]
         if _is_space_pair(self.observation_mode):
-            self._observation_space, self._single_observation_space = self.observation_mode
+            self._observation_space, single = self.observation_mode
         else:
-            self._single_observation_space = single_observation_space
+            single = single_observation_space
             self._observation_space = (
                 batch_space(single_observation_space, self.num_envs) if self.observation_mode == "same" else None
             )
-        self._server.members.set_spaces(self._single_observation_space, single_action_space)
-        self._batch = ResultBatch(
-            self._single_observation_space, self.num_envs, legacy_infos=self.final_info_format == "legacy"
-        )
+        self._single_observation_space = single
+        self._server.members.set_spaces(single, single_action_space)
+        self._batch = ResultBatch(single, self.num_envs, legacy_infos=self.final_info_format == "legacy")
         self._partial = PartialBatches(self._server, self._episodes, self._batch)
         self._server.set_observation_buffers(self._batch.leaves)
         self._action_leaf_spaces = codec.array_leaf_spaces(single_action_space)
         # the shape and dtype of a batch of actions that goes in the clients' slabs as it is (see _step_in_slabs)
         leaf = type(single_action_space) in codec.LEAF_SPACES
-        self._slab_action_shape = (self.num_envs, *single_action_space.shape) if leaf else None
+        self._slab_action_shape = (self.num_envs, *(single_action_space.shape or ())) if leaf else None
         self._slab_action_dtype = single_action_space.dtype if leaf else None
 
     def _ensure_spaces(self) -> None:
@@ -403,15 +408,20 @@ class RemoteVectorEnv(VectorEnv):
 
     # -- spaces (known once the first client joins, unless given) ----------------------------------
 
+    # (a property where VectorEnv has an attribute: the spaces come with the first client)
     @property
     def single_observation_space(self) -> gym.Space:
         self._ensure_spaces()
-        return self._single_observation_space
+        space = self._single_observation_space
+        if space is None:  # (_ensure_spaces() made sure it is not)
+            raise RuntimeError("the observation space is not known")
+        return space
 
     @single_observation_space.setter
-    def single_observation_space(self, space: gym.Space) -> None:
+    def single_observation_space(self, space: gym.Space) -> None:  # pyright: ignore[reportIncompatibleVariableOverride]
         self._single_observation_space = space
 
+    # (a property where VectorEnv has an attribute: the spaces come with the first client)
     @property
     def observation_space(self) -> gym.Space:
         self._ensure_spaces()
@@ -424,25 +434,27 @@ class RemoteVectorEnv(VectorEnv):
         return self._observation_space
 
     @observation_space.setter
-    def observation_space(self, space: gym.Space) -> None:
+    def observation_space(self, space: gym.Space) -> None:  # pyright: ignore[reportIncompatibleVariableOverride]
         self._observation_space = space
 
+    # (a property where VectorEnv has an attribute: the spaces come with the first client)
     @property
     def single_action_space(self) -> gym.Space:
         self._ensure_spaces()
         return self._single_action_space
 
     @single_action_space.setter
-    def single_action_space(self, space: gym.Space) -> None:
+    def single_action_space(self, space: gym.Space) -> None:  # pyright: ignore[reportIncompatibleVariableOverride]
         self._single_action_space = space
 
+    # (a property where VectorEnv has an attribute: the spaces come with the first client)
     @property
     def action_space(self) -> gym.Space:
         self._ensure_spaces()
         return self._action_space
 
     @action_space.setter
-    def action_space(self, space: gym.Space) -> None:
+    def action_space(self, space: gym.Space) -> None:  # pyright: ignore[reportIncompatibleVariableOverride]
         self._action_space = space
 
     @property
@@ -526,13 +538,14 @@ class RemoteVectorEnv(VectorEnv):
         self._check_open()
         return self._server.connection_stats()
 
+    # one per sub-env, as SyncVectorEnv's (VectorEnv's own is the vector's single seed and generator)
     @property
-    def np_random_seed(self) -> tuple[int, ...]:
+    def np_random_seed(self) -> tuple[int, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
         """The sub-envs' ``np_random_seed``, one per slot."""
         return self.get_attr("np_random_seed")
 
     @property
-    def np_random(self) -> tuple[np.random.Generator, ...]:
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
         """The sub-envs' random generators (needs the trusted pickle mode: they are not plain data)."""
         return self.get_attr("np_random")
 
@@ -610,10 +623,10 @@ class RemoteVectorEnv(VectorEnv):
         Returns every slot's observation (the batch) and a list of each slot's reset info (``{}`` for
         the slots not reset): per env, not batched.
         """
-        slots = _slot_numbers(list(slots), self.num_envs, "slots").tolist()
+        numbers = _slot_numbers(list(slots), self.num_envs, "slots").tolist()
         pending = self._reset_call
         try:
-            self._reset_async_slots(slots, seed, NO_OPTIONS if options is None else options)
+            self._reset_async_slots(numbers, seed, NO_OPTIONS if options is None else options)
             self._collect_reset(timeout)
         except BaseException:
             if self._reset_call is not pending:
@@ -624,6 +637,8 @@ class RemoteVectorEnv(VectorEnv):
     def _collect_reset(self, timeout: float | None) -> None:
         self._check_waiting("reset", "reset_wait", "reset_async")
         call, self._reset_call, self._waiting_for = self._reset_call, None, None
+        if call is None:  # (_check_waiting: a reset_async is waiting, which left its call)
+            raise NoAsyncCallError("Calling `reset_wait` without any prior call to `reset_async`.", "reset")
         self._finish_reset(call, timeout)
         batch, slots = self._batch, call.slots
         batch.terminations[slots] = False
@@ -770,7 +785,9 @@ class RemoteVectorEnv(VectorEnv):
 
     def _collect_step(self, timeout: float | None) -> None:
         self._check_waiting("step", "step_wait", "step_async")
-        exchange, self._step_call, self._waiting_for = self._step_call, None, None
+        # _check_waiting: a step_async is waiting, which left its exchange (no check on the step path)
+        exchange: Exchange = self._step_call  # pyright: ignore[reportAssignmentType]
+        self._step_call = self._waiting_for = None
         timeout = self.timeout if timeout is None else timeout
         try:
             self._server.finish(exchange, time.monotonic() + timeout, timeout)
@@ -780,7 +797,8 @@ class RemoteVectorEnv(VectorEnv):
         finally:
             self._drain_events()
         if self._episodes.any_unreported:  # (a slot whose result landed returns it; a loss after it waits a step)
-            landed = {slot for slot, _ in exchange.sink.arrivals}
+            sink = exchange.sink  # (a step's sink is the batch's Landing, with arrivals)
+            landed = {slot for slot, _ in sink.arrivals or ()} if isinstance(sink, Landing) else set()
             self._report_lost_slots([slot for slot in range(self.num_envs) if slot not in landed])
         batch = self._batch
         masked, self._masked = self._masked, []
@@ -809,7 +827,10 @@ class RemoteVectorEnv(VectorEnv):
         if options is not None and "reset_mask" in options:
             raise ValueError("async_reset() resets every slot; options['reset_mask'] is for reset()")
         self._ensure_spaces()
-        outstanding = self._partial.table.outstanding()
+        partial = self._partial
+        if partial is None:  # (_ensure_spaces() made it)
+            raise RuntimeError("partial batches need the spaces, which no client brought")
+        outstanding = partial.table.outstanding()
         if outstanding:
             raise AlreadyPendingCallError(
                 f"Calling `async_reset` while slots {protocol.format_slots(outstanding)} still have results "
@@ -824,7 +845,7 @@ class RemoteVectorEnv(VectorEnv):
         self._episodes.forget(range(self.num_envs))
         self._episodes.reset_done(range(self.num_envs))
         self._start_episodes()
-        self._partial.reset_all(seed, options)
+        partial.reset_all(seed, options)
 
     def send(self, actions: Any, env_id: Any = None) -> None:
         """Send ``actions`` to the slots ``env_id`` (all if None) and return at once (EnvPool's ``send``).
@@ -846,13 +867,16 @@ class RemoteVectorEnv(VectorEnv):
         ids = _slot_numbers(env_id, self.num_envs, "env_id")
         if not ids.size:
             raise ValueError("env_id is empty: send() needs at least one slot")
-        busy = ids[self._partial.table.busy[ids]]
+        # the episodes started: a reset made the spaces known, and the partial batches (no check per step)
+        partial: PartialBatches = self._partial  # pyright: ignore[reportAssignmentType]
+        busy = ids[partial.table.busy[ids]]
         if len(busy):
             raise ValueError(
                 f"send(): slots {protocol.format_slots(sorted(busy.tolist()))} already have an action in flight or a "
                 "result that recv() has not returned"
             )
-        awaiting = self._episodes.awaiting_reset and sorted(self._episodes.awaiting_reset.intersection(ids.tolist()))
+        awaiting_reset = self._episodes.awaiting_reset
+        awaiting = sorted(awaiting_reset.intersection(ids.tolist())) if awaiting_reset else []
         if awaiting:
             raise ValueError(
                 f"send(): slots {protocol.format_slots(awaiting)} lost their clients while step() masked them "
@@ -860,12 +884,12 @@ class RemoteVectorEnv(VectorEnv):
                 "them yourself (async_reset(), or reset(options={'reset_mask': mask}))"
             )
         count, space = len(ids), self._single_action_space
-        if self._fits_slabs(actions, count) and self._partial.send_in_slabs(ids.tolist(), actions):
+        if self._fits_slabs(actions, count) and partial.send_in_slabs(ids.tolist(), actions):
             return
         batched = self._action_space if count == self.num_envs else self._action_batches[count]
         messages = commands.step(actions, count, space, self._action_leaf_spaces, batched)
         self._drain_events()
-        self._partial.send(ids.tolist(), messages, lambda: list(iterate(batched, actions)))
+        partial.send(ids.tolist(), messages, lambda: list(iterate(batched, actions)))
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The results of ``batch_size`` slots, as soon as that many have arrived (EnvPool's ``recv``).
@@ -890,23 +914,22 @@ class RemoteVectorEnv(VectorEnv):
         """
         self._check_partial("recv")
         partial = self._partial
+        no_slot = "Calling `recv` with no slot in flight: send() actions (or async_reset()) first"
+        if partial is None:  # (no partial batches before the spaces are known)
+            raise NoAsyncCallError(no_slot, "send")
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         server = self._server
         while True:
-            outstanding = 0  # (no partial batches before the spaces are known)
-            if partial is not None:
-                self._drain_events()
-                if partial.dispatch_parked():
-                    self._drain_events()  # losses while sending them: collect() reports those it finds
-                error = partial.collect()
-                if error is not None:
-                    raise error
-                outstanding = partial.table.busy_count()
+            self._drain_events()
+            if partial.dispatch_parked():
+                self._drain_events()  # losses while sending them: collect() reports those it finds
+            error = partial.collect()
+            if error is not None:
+                raise error
+            outstanding = partial.table.busy_count()
             if not outstanding:  # (a result an interrupt cut short leaves its slot idle)
-                raise NoAsyncCallError(
-                    "Calling `recv` with no slot in flight: send() actions (or async_reset()) first", "send"
-                )
+                raise NoAsyncCallError(no_slot, "send")
             size = min(self.batch_size, outstanding)
             if partial.table.ready_count() >= size:
                 results = partial.take(size)
@@ -994,7 +1017,7 @@ class RemoteVectorEnv(VectorEnv):
             self._finalizer.detach()
         for endpoint in self._metrics:
             endpoint.close()
-        _release(self._server, self._launcher, timeout, stop_clients)
+        _release(self._built_server(), self._launcher, timeout, stop_clients)
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -1007,6 +1030,10 @@ class RemoteVectorEnv(VectorEnv):
         self._waiting_for = self._step_call = self._reset_call = None
         if exchange is not None:
             self._server.abandon(exchange)
+
+    def _built_server(self) -> SlotServer | None:
+        """The server, or None if the constructor raised before it was made."""
+        return vars(self).get("_server")
 
     def _check_open(self) -> None:
         if self.closed:
@@ -1065,7 +1092,7 @@ class RemoteVectorEnv(VectorEnv):
     def _wait_for_clients(
         self,
         slots_needed: Callable[[], list[int]],
-        resetting: set[int] = frozenset(),
+        resetting: AbstractSet[int] = frozenset(),
         deadline: float | None = None,
     ) -> list[int]:
         """Wait (up to ``connect_timeout``, or ``deadline``) until the slots ``slots_needed()`` names all have a client.
@@ -1106,13 +1133,14 @@ class RemoteVectorEnv(VectorEnv):
 
     def _send_resets(self, call: _ResetCall) -> None:
         owners = self._server.members.slots
-        served = [slot for slot in sorted(call.remaining) if owners[slot] is not None]
-        if not served:
+        served_by = [(slot, owner) for slot in sorted(call.remaining) if (owner := owners[slot]) is not None]
+        if not served_by:
             return
+        served = [slot for slot, _ in served_by]
         plans = commands.plans_for(owners, served)
         plan_of = commands.lookup(plans)
         build = commands.reset(call.seed, call.options, plan_of)
-        call.reset_by.update((slot, owners[slot].identity) for slot in served)
+        call.reset_by.update((slot, owner.identity) for slot, owner in served_by)
         call.exchange = self._server.start(
             self._server.members.clients_of(served),
             build,
@@ -1191,19 +1219,19 @@ class RemoteVectorEnv(VectorEnv):
     ) -> tuple[Any, ...]:
         """Send ``kind`` to the clients of ``slots`` (each client's command for its envs among them);
         the CALL results, one per slot in the order of ``slots``."""
-        slots = _slot_numbers(list(slots), self.num_envs, "indices").tolist()
+        numbers: list[int] = _slot_numbers(list(slots), self.num_envs, "indices").tolist()
         self._drain_events()
-        unreachable = self._episodes.unreported(slots)
+        unreachable = self._episodes.unreported(numbers)
         if unreachable:
             raise ClientLostError(
                 f"{what} cannot reach slots {protocol.format_slots(sorted(unreachable))}: their client was lost (the "
                 "next step() reports it, and a new client takes over)"
             )
-        self._wait_for_clients(lambda: slots)
-        plans = commands.plans_for(self._server.members.slots, slots)
+        self._wait_for_clients(lambda: numbers)
+        plans = commands.plans_for(self._server.members.slots, numbers)
         sink = _CallResults(kind, commands.lookup(plans))
         build = commands.call(kind, what, command_for, sink.plan_of)
-        clients = self._server.members.clients_of(slots)
+        clients = self._server.members.clients_of(numbers)
         try:
             lost = self._server.exchange(
                 clients, build, sink, reply_kind=Kind.CALL_RESULT, timeout=self.timeout, what=what
@@ -1213,7 +1241,7 @@ class RemoteVectorEnv(VectorEnv):
         if lost:
             gone = sorted(slot for client in lost for slot in client.slots)
             raise ClientLostError(f"{what} failed: the clients of slots {protocol.format_slots(gone)} were lost")
-        return tuple(sink.results.get(slot) for slot in slots)
+        return tuple(sink.results.get(slot) for slot in numbers)
 
 
 class _CallResults:

@@ -71,6 +71,7 @@ ONE_PLANE_MODULES = {
     "test_soak",
     "test_structure",
     "test_test_vectors",
+    "test_typing",
     "test_zeromq",
 }
 

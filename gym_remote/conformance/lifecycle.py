@@ -33,7 +33,7 @@ def slots_of(envs: RemoteVectorEnv, process: ClientProcess) -> tuple[list[int], 
     """The slots ``process`` serves and its session; CheckFailed if it serves none."""
     rows = [row for row in envs.stats() if row["served"] and row.get("pid") == process.pid]
     if not rows:
-        pids = sorted({row.get("pid") for row in envs.stats() if row["served"]})
+        pids = sorted({row["pid"] for row in envs.stats() if row["served"]})
         raise CheckFailed(
             f"no slot is served by the client process {process.pid} (the slots' clients gave the pids {pids}): "
             "HELLO's pid must be the client's own process id (PROTOCOL.md §7)"

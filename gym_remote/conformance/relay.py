@@ -40,7 +40,7 @@ class Relay:
         self._listener.setblocking(False)  # a connection reset between select() and accept() must not block
         self.port = self._listener.getsockname()[1]
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._selector.register(self._listener, selectors.EVENT_READ, self._listener)  # data: the socket, typed
         self._lock = threading.Lock()
         self._peers: dict[socket.socket, socket.socket] = {}  # both directions of every open pair
         self._client_sides: set[socket.socket] = set()
@@ -105,7 +105,7 @@ class Relay:
         if self._thread.is_alive():
             raise TimeoutError("the relay's thread did not stop within 5 s")
         for key in list(self._selector.get_map().values()):
-            key.fileobj.close()  # type: ignore[union-attr]
+            key.data.close()
         self._selector.close()
 
     def __enter__(self) -> Relay:
@@ -124,7 +124,7 @@ class Relay:
                 if key.fileobj is self._listener:
                     self._accept()
                 else:
-                    self._forward(key.fileobj)  # type: ignore[arg-type]
+                    self._forward(key.data)
 
     def _accept(self) -> None:
         try:
@@ -139,7 +139,7 @@ class Relay:
         for sock in (client, server):
             sock.settimeout(SEND_TIMEOUT)  # recv only follows select(); a send that blocks this long fails
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._selector.register(sock, selectors.EVENT_READ)
+            self._selector.register(sock, selectors.EVENT_READ, sock)
         with self._lock:
             self._client_sides.add(client)
             self._peers[client] = server

@@ -170,8 +170,12 @@ class ScriptedServer:
         self.liveness_timeout = float(liveness_timeout)
         self.max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES
         self.observation_space, self.action_space = probe_spaces()
-        self.observation_leaves: list[spaces.Space] = codec.array_leaf_spaces(self.observation_space)
-        self.action_leaves: list[spaces.Space] = codec.array_leaf_spaces(self.action_space)
+        observation_leaves = codec.array_leaf_spaces(self.observation_space)
+        action_leaves = codec.array_leaf_spaces(self.action_space)
+        if observation_leaves is None or action_leaves is None:
+            raise ValueError("the scripted server's spaces (probe_spaces()) must be array spaces")
+        self.observation_leaves = observation_leaves
+        self.action_leaves = action_leaves
         self.observation_names = leaf_names(self.observation_space)
         self.peer: bytes | None = None
         """The routing id commands go to and replies must come from (set by :meth:`expect_hello`)."""

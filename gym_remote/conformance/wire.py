@@ -117,7 +117,8 @@ class Reference:
                 observation, reward, terminated, truncated, info = env.step(action)
                 if self.mode == "SameStep" and (terminated or truncated):
                     if expected.final is None:
-                        expected.final = [None] * len(envs)
+                        no_finals: list[tuple[Any, dict] | None] = [None] * len(envs)
+                        expected.final = no_finals
                     expected.final[position] = (observation, info)
                     observation, info = env.reset()
             self.autoreset[index] = terminated or truncated
@@ -173,7 +174,8 @@ def observation_difference(space: spaces.Space, got: Any, expected: Any, path: s
         return None
     wanted = np.asarray(expected)
     if not isinstance(got, (np.ndarray, np.generic)):
-        return f"{path} is {describe(got)}, expected a numpy value of dtype {space.dtype.str}, shape {space.shape}"
+        dtype = np.dtype(space.dtype).str  # (a leaf: its dtype is set)
+        return f"{path} is {describe(got)}, expected a numpy value of dtype {dtype}, shape {space.shape}"
     array = np.asarray(got)
     if array.dtype != space.dtype or array.shape != space.shape or not np.array_equal(array, wanted):
         return f"{path} is {describe(got)}, expected {describe(wanted)}"
@@ -848,7 +850,9 @@ def check_evict(context: Context) -> None:
                 raise server.fail(f"expected a new HELLO after EVICT, but got {received.describe()} ({why})")
             break
         if received.identity == old_identity:
-            raise server.fail(f"the HELLO after EVICT came from the evicted routing id {old_identity[:64]!r} ({why})")
+            raise server.fail(
+                f"the HELLO after EVICT came from the evicted routing id {received.identity[:64]!r} ({why})"
+            )
         problems = hello_problems(received, NUM_ENVS, previous=old_session)
         if problems:
             shown = "\n".join(f"  {problem}" for problem in problems)

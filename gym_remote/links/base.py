@@ -186,7 +186,7 @@ class CutShort:
 
 # -- a peer that takes nothing ----------------------------------------------------------------------
 
-_TCP_INFO = getattr(socket, "TCP_INFO", None)
+_TCP_INFO: int | None = getattr(socket, "TCP_INFO", None)
 _BYTES_ACKED = struct.Struct("Q")
 _BYTES_ACKED_OFFSET = 120  # struct tcp_info: tcpi_bytes_acked (Linux >= 4.1)
 _INT = struct.Struct("i")
@@ -244,7 +244,7 @@ class StallWatch:
         return now - self._since
 
     def _bytes_acked(self) -> int:
-        if not self._is_tcp:
+        if not self._is_tcp or _TCP_INFO is None:  # (_is_tcp is False without TCP_INFO)
             return 0
         info = socket.socket(fileno=os.dup(self.fd))
         try:

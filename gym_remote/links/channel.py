@@ -246,10 +246,10 @@ class Channel:
         """From now on, carry a message whose frames have exactly the sizes ``outgoing`` in this side's slab, and
         take those the peer posts in its slab, of the sizes ``incoming`` (PROTOCOL.md §13.6): False (and no
         slabs) if the block has none, or they are too small. Before any message travels on the channel."""
-        block = self.block
-        if block is None:
+        block, inbox = self.block, self._mail_in  # (use_block sets both)
+        if block is None or inbox is None:
             return False
-        lane = 1 - self._mail_in.lane
+        lane = 1 - inbox.lane
         slab_out, slab_in = block.slab(lane, outgoing), block.slab(1 - lane, incoming)
         if slab_out is None or slab_in is None:
             return False
@@ -263,14 +263,17 @@ class Channel:
 
     def slab_frames(self) -> tuple[list[memoryview], list[memoryview]]:
         """The frames of this side's slab (writable, to fill before :meth:`post_slab`) and of the peer's (read-only:
-        a message :meth:`receive` hands out from the slab is these frames)."""
-        return self._slab_out.frames, self._slab_in.received
+        a message :meth:`receive` hands out from the slab is these frames). Only with :attr:`slabs`."""
+        # (slabs agreed: callers use it on a channel with slabs only, as said above; no check per message here)
+        return self._slab_out.frames, self._slab_in.received  # pyright: ignore[reportOptionalMemberAccess]
 
     def slab_free(self) -> bool:
-        """Whether this side's slab may carry the next message now (its last one was taken and let go of)."""
-        return self._slab_out.free_for(self._messages_sent + 1) and not (
-            self._unsettled or self._broken or self._closed
-        )
+        """Whether this side's slab may carry the next message now (its last one was taken and let go of). Only with
+        :attr:`slabs`."""
+        # (slabs agreed: callers use it on a channel with slabs only, as said above; no check per message here)
+        return self._slab_out.free_for(  # pyright: ignore[reportOptionalMemberAccess]
+            self._messages_sent + 1
+        ) and not (self._unsettled or self._broken or self._closed)
 
     def post_slab(self) -> None:
         """Send the message written in this side's slab (its frames filled in place, see :meth:`slab_frames`;
@@ -288,17 +291,19 @@ class Channel:
         self._posting_to = slab = self._slab_out
         self._posting = number
         self._unsettled = True
-        slab.post(number)
+        # (only when slab_free(), so with slabs: see slab_frames)
+        slab.post(number)  # pyright: ignore[reportOptionalMemberAccess]
         self._settle_post()
 
     def slab_holds(self) -> bool:
         """Whether the next message waits in the peer's slab and none is current (then :meth:`receive` hands it out
-        with no system call)."""
+        with no system call). Only with :attr:`slabs`."""
         if self._unsettled or self._broken or self._closed:
             return False  # (receive() says what is wrong)
         if self._release_due:
             self.release()
-        return self._current is None and self._slab_in.holds(self._messages_taken)
+        # (slabs agreed: callers use it on a channel with slabs only, as for slab_frames)
+        return self._current is None and self._slab_in.holds(self._messages_taken)  # pyright: ignore[reportOptionalMemberAccess]
 
     @property
     def plane(self) -> str:
@@ -413,12 +418,14 @@ class Channel:
         the receiver sleeps (rung twice if an interrupt came between, which is harmless). Repeatable."""
         number = self._posting
         if number:
-            if self._posting_to.posted() == number:
+            # a post in progress names where it goes (send and post_slab store _posting_to before _posting), and posts
+            # are made with a block in use only, so its mailboxes are there (close() ends every later settle)
+            if self._posting_to.posted() == number:  # pyright: ignore[reportOptionalMemberAccess]
                 if self._messages_sent != number:
                     self._messages_sent = number
                     self.messages_posted += 1
                     self.slab_posts += self._posting_to is self._slab_out
-                if self._mail_out.receiver_sleeps():
+                if self._mail_out.receiver_sleeps():  # pyright: ignore[reportOptionalMemberAccess]
                     self._ring()
             self._posting = 0
             self._posting_to = None
@@ -556,7 +563,7 @@ class Channel:
         if self._mail_in is not None:
             if self._release_due:
                 self.release()
-            record = self._take_posted()
+            record = self._take_posted(self._mail_in)
             if record is not None:
                 if woken:
                     try:
@@ -572,7 +579,7 @@ class Channel:
         if self._mail_in is not None:
             # the record on the socket may have been sent after the next message was posted (which the look above
             # came too early to see): posted before the send, it is seen now, and comes first
-            record = self._take_posted()
+            record = self._take_posted(self._mail_in)
             if record is not None:
                 return record
         record = FrameList(self._frames_of_record())
@@ -581,10 +588,10 @@ class Channel:
         self._current = record
         return record
 
-    def _take_posted(self) -> FrameList | None:
-        """The next message, made current, if the mailbox or the slab holds it (older messages are all taken then:
-        see :meth:`send`)."""
-        mail, slab = self._mail_in, self._slab_in
+    def _take_posted(self, mail: shared.Inbox) -> FrameList | None:
+        """The next message, made current, if the mailbox ``mail`` (``_mail_in``) or the slab holds it (older messages
+        are all taken then: see :meth:`send`)."""
+        slab = self._slab_in
         from_slab = False
         if mail.holds(self._messages_taken):
             try:
@@ -618,7 +625,8 @@ class Channel:
         interrupt before it leaves the mailbox unused for one message, no more."""
         if self._release_due:
             self._release_due = False
-            self._mail_in.mark_taken(self._messages_taken)
+            # due only with a mailbox in use (consume() says so), and close() clears both
+            self._mail_in.mark_taken(self._messages_taken)  # pyright: ignore[reportOptionalMemberAccess]
 
     def _record_end(self) -> int | None:
         """The end offset of the record at ``_start`` if it is all here; its layout is checked first.
@@ -953,7 +961,8 @@ class Listener:
         while True:
             if not accepted:
                 try:
-                    descriptors = map(_FIRST, itertools.starmap(listening._accept, _NO_ARGUMENTS))
+                    # socket.socket.accept()'s own call, which CPython's _socket.socket has (typeshed leaves it out)
+                    descriptors = map(_FIRST, itertools.starmap(listening._accept, _NO_ARGUMENTS))  # pyright: ignore[reportAttributeAccessIssue]
                     accepted.extend(map(_SOCKET_OF_DESCRIPTOR, descriptors))
                 except (BlockingIOError, InterruptedError):
                     return

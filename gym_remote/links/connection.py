@@ -71,8 +71,9 @@ class ServerConnection:
         self.channel: Channel | None = None  # greeted, or in use once the WELCOME took it
         self.block: shared.Block | None = None  # the shared block handed over with the greeting
         self.token = b""
-        self.on_channel = False  # the WELCOME took the channel: the membership's messages travel on it
-        self._handed_out = False  # the channel's current record was handed out (a client handles one at a time)
+        self.active_channel: Channel | None = None  # the channel once the WELCOME took it: messages travel on it
+        # the channel whose current record was handed out (a client handles one at a time), else None
+        self._handed_out: Channel | None = None
         self._channel_poll = select.poll()
         self._polling_writes = False  # whether the channel's poll waits for room to write, too
         self._messages = 0
@@ -106,18 +107,19 @@ class ServerConnection:
         """The WELCOME took the channel: from now on the membership's messages travel on it, through the shared
         block's mailboxes if the WELCOME took that too, and its slabs for messages of the frame sizes ``slabs``
         (a STEP's, a RESULT's) if it took those."""
-        if self.channel is not None:
+        channel = self.channel
+        if channel is not None:
             block, self.block = self.block, None
             if shared_memory and block is not None:
-                self.channel.use_block(block, outgoing=shared.REPLIES)
+                channel.use_block(block, outgoing=shared.REPLIES)
                 if slabs is not None:
-                    self.channel.use_slabs(slabs[1], slabs[0])
+                    channel.use_slabs(slabs[1], slabs[0])
             elif block is not None:
                 block.close()
             self._channel_poll = select.poll()
-            self._channel_poll.register(self.channel.fileno(), _READ)
+            self._channel_poll.register(channel.fileno(), _READ)
             self._polling_writes = False
-            self.on_channel = True
+            self.active_channel = channel
 
     def close_channel(self) -> None:
         if self.channel is not None:
@@ -126,7 +128,7 @@ class ServerConnection:
         if self.block is not None:
             self.block.close()
             self.block = None
-        self.on_channel = False
+        self.active_channel = self._handed_out = None  # (a record handed out went with its channel)
         self.token = b""
 
     # -- sending -----------------------------------------------------------------------------------
@@ -137,27 +139,29 @@ class ServerConnection:
         Raises:
             LinkBroken: the link is broken (the server is gone, or an interrupt cut a send short).
         """
-        if not self.on_channel:
+        channel = self.active_channel
+        if channel is None:
             self.dealer.send(frames)
             return
         self._answered()
-        self.channel.send(frames)
+        channel.send(frames)
 
     def reply_slab(self) -> list[memoryview] | None:
         """The frames of the data channel's slab for replies, to write a RESULT into in place and send with
         :meth:`post_slab`, if it may carry the next message now; else None (PROTOCOL.md §13.6)."""
-        if not self.on_channel:
+        channel = self.active_channel
+        if channel is None:
             return None
         self._answered()
-        channel = self.channel
         return channel.slab_frames()[0] if channel.slabs and channel.slab_free() else None
 
     def _answered(self) -> None:
         """A reply goes out: the command it answers is read, and its mailbox (or slab) free for the next."""
-        if self._handed_out:
-            self._handed_out = False
-            self.channel.consume()
-            self.channel.release()
+        channel = self._handed_out
+        if channel is not None:
+            self._handed_out = None
+            channel.consume()
+            channel.release()
 
     def post_slab(self) -> None:
         """Send the reply written in the slab :meth:`reply_slab` gave out.
@@ -165,20 +169,22 @@ class ServerConnection:
         Raises:
             LinkBroken: the link is broken.
         """
-        self.channel.post_slab()
+        # only after reply_slab() gave out the slab's frames, which it does on the channel only (no check per step)
+        self.active_channel.post_slab()  # pyright: ignore[reportOptionalMemberAccess]
 
     def send_last(self, frames: Sequence[Any], timeout: float) -> bool:
         """Send a last message (a BYE), waiting at most ``timeout`` for it to go out; False if it did not."""
         try:
-            if not self.on_channel:
+            channel = self.active_channel
+            if channel is None:
                 return self.dealer.send_now(frames)  # the socket's linger delivers it
-            self.channel.send(frames)
+            channel.send(frames)
             deadline = time.monotonic() + timeout
-            while not self.channel.flush():
+            while not channel.flush():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                _wait(self.channel.fileno(), _WRITE, remaining)
+                _wait(channel.fileno(), _WRITE, remaining)
             return True
         except LinkBroken:
             return False
@@ -198,22 +204,23 @@ class ServerConnection:
         Raises:
             LinkBroken: the data channel closed or broke (the server is gone), or an interrupt cut a read short.
         """
-        if self._handed_out:  # the last message is done with
-            self._handed_out = False
-            self.channel.consume()
+        handed_out = self._handed_out
+        if handed_out is not None:  # the last message is done with
+            self._handed_out = None
+            handed_out.consume()
         self.dealer.flush()
-        if not self.on_channel:
+        channel = self.active_channel
+        if channel is None:
             return self.dealer.receive(timeout)
         self._messages += 1
         if not self._messages & 63:
             message = self.dealer.receive()
             if message is not None:
                 return message
-        return self._from_channel(timeout, spin) or self.dealer.receive()
+        return self._from_channel(channel, timeout, spin) or self.dealer.receive()
 
-    def _from_channel(self, timeout: float, spin: float) -> tuple[bytes, Message] | None:
-        """The next record of the data channel, waiting at most ``timeout`` seconds (and sending what waits)."""
-        channel = self.channel
+    def _from_channel(self, channel: Channel, timeout: float, spin: float) -> tuple[bytes, Message] | None:
+        """The next record of ``channel``, waiting at most ``timeout`` seconds (and sending what waits)."""
         if channel.wants_write:
             channel.flush()
         # what is buffered already, with no system call: in lock-step the next command is seldom there yet,
@@ -247,7 +254,7 @@ class ServerConnection:
                             channel.flush()
                         woken = woken or bool(events & _READ)
                 record = channel.receive(woken)
-        self._handed_out = True
+        self._handed_out = channel
         record.rewind()
         return record.next(), record
 

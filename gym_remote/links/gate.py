@@ -102,9 +102,10 @@ class Gatekeeper:
         sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
         sock.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_SECONDS * 1000))
         sock.monitor(self._monitor_address, _CONNECTION_EVENTS)
-        self._monitor = self._context.socket(zmq.PAIR)
-        self._monitor.setsockopt(zmq.LINGER, 0)
-        self._monitor.connect(self._monitor_address)
+        monitor = self._context.socket(zmq.PAIR)
+        monitor.setsockopt(zmq.LINGER, 0)
+        monitor.connect(self._monitor_address)
+        self._monitor = monitor
 
     def start(self) -> None:
         self._thread.start()
@@ -180,16 +181,17 @@ class Gatekeeper:
         poller = zmq.Poller()
         poller.register(self._zap, zmq.POLLIN)
         poller.register(self._wake, zmq.POLLIN)
-        if self._monitor is not None:
-            poller.register(self._monitor, zmq.POLLIN)
+        monitor = self._monitor
+        if monitor is not None:
+            poller.register(monitor, zmq.POLLIN)
         try:
             while not self._stopping:
                 with self._sockets_lock:
                     if self._sockets_closed:  # by close(), while this thread was answering
                         return
                     ready = dict(poller.poll(GATEKEEPER_POLL_MS))
-                    if self._monitor in ready:  # connection events first: a handshake's own connection is counted
-                        self._read_connection_events()
+                    if monitor is not None and monitor in ready:  # connection events first: a handshake's own
+                        self._read_connection_events(monitor)  # connection is counted
                     if self._zap not in ready:
                         continue
                     request = self._zap.recv_multipart()
@@ -204,10 +206,10 @@ class Gatekeeper:
         finally:
             self._close_sockets()
 
-    def _read_connection_events(self) -> None:
+    def _read_connection_events(self, monitor: zmq.Socket) -> None:
         while True:
             try:
-                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
+                event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 return
             kind, value = event["event"], event["value"]

@@ -205,9 +205,10 @@ class Multiplexer:
                         arrived = arrival(identity, channel, record)
             except LinkBroken as error:
                 self._broken.append(Broken(identity, str(error)))
-        served = serve_listener or (other and listener is not None)
-        if served:
+        served = False
+        if listener is not None and (serve_listener or other):
             listener.service(time.monotonic())
+            served = True
         if served or wrote:
             self._register()
         if self._broken or (other and arrived is None):

@@ -116,7 +116,7 @@ class Block:
         self.size = size
         self.capacities = capacities
         self.slab_capacities = slabs
-        self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._map: mmap.mmap | None = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         fork.register(self)
 
     @classmethod
@@ -138,9 +138,10 @@ class Block:
             os.close(fd)
             raise
         try:
-            block._map[: len(MAGIC)] = MAGIC
-            _CAPACITIES.pack_into(block._map, len(MAGIC), *capacities)
-            _SLAB_CAPACITIES.pack_into(block._map, len(MAGIC) + _CAPACITIES.size, *slabs)
+            mapping = block.mapping()
+            mapping[: len(MAGIC)] = MAGIC
+            _CAPACITIES.pack_into(mapping, len(MAGIC), *capacities)
+            _SLAB_CAPACITIES.pack_into(mapping, len(MAGIC) + _CAPACITIES.size, *slabs)
             _add_seals(fd)
         except BaseException:
             block.close()
@@ -185,10 +186,20 @@ class Block:
     def inbox(self, lane: int) -> Inbox:
         return Inbox(self, lane)
 
+    def mapping(self) -> mmap.mmap:
+        """The block's memory.
+
+        Raises:
+            ValueError: the block is closed.
+        """
+        if self._map is None:
+            raise ValueError("the shared-memory block is closed")
+        return self._map
+
     def mailbox(self, lane: int) -> memoryview:
         """The mailbox bytes of ``lane``."""
         start = HEADER_BYTES + (self.capacities[0] if lane else 0)
-        return memoryview(self._map)[start : start + self.capacities[lane]]
+        return memoryview(self.mapping())[start : start + self.capacities[lane]]
 
     def slab_start(self, lane: int) -> int:
         """The offset of the slab of ``lane``."""
@@ -209,11 +220,13 @@ class Block:
         of) is unmapped when the last view of it goes."""
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
+            # (what keeps a lent-out mapping alive: the views of it, no longer the block)
+            mapping, self._map = self._map, None
             try:
-                self._map.close()
+                if mapping is not None:
+                    mapping.close()
             except BufferError:
                 pass
-            self._map = None  # (what keeps a lent-out mapping alive: the views of it, no longer the block)
             os.close(fd)
 
     forget_in_child = close
@@ -225,7 +238,7 @@ class _Lane:
     def __init__(self, block: Block, lane: int) -> None:
         self.lane = lane
         self.capacity = block.capacities[lane]
-        self._map = block._map
+        self._map = block.mapping()
         self._mailbox = block.mailbox(lane)
         self._posted = _SENDER + _LANE_STRIDE * lane
         self._taken = _RECEIVER + _LANE_STRIDE * lane
@@ -325,10 +338,10 @@ class Slab:
     def __init__(self, block: Block, lane: int, frame_sizes: Sequence[int]) -> None:
         self.sizes = tuple(int(size) for size in frame_sizes)
         start = block.slab_start(lane)
-        self._map = block._map
+        self._map = block.mapping()
         self._posted = start
         self._taken = _RECEIVER + _LANE_STRIDE * lane
-        view = memoryview(block._map)
+        view = memoryview(self._map)
         frames, position = [], start + _SLAB_CONTROL
         for size in self.sizes:
             frames.append(view[position : position + size])

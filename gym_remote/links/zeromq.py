@@ -309,7 +309,8 @@ class Router:
         self._identity: bytes | None = None
         self._header: bytes | None = None
         self._arrival: Arrival | None = None
-        self._cursor: _Cursor | None = None  # the frames of the current (or last) message
+        # the frames of the current (or last) message; until the first, one of no frames (read in no state before)
+        self._cursor = _Cursor(sock, [])
         self._quiet = False  # the last look found nothing, and neither a wake-up nor a send came since
         self._receive_timeout = _ReceiveTimeout(sock)
         self._sending: tuple[Any, ...] | None = None  # the parts (routing id, frames) of a send in progress
@@ -406,11 +407,11 @@ class Router:
     def _take_header(self) -> Arrival:
         self._header = None
         self._state = _Reading.HEADER
-        self._header = self.socket.recv()
-        return self._hand_out()
+        self._header = header = self.socket.recv()
+        return self._hand_out(header)
 
-    def _hand_out(self) -> Arrival:
-        header, sock = self._header, self.socket
+    def _hand_out(self, header: bytes) -> Arrival:
+        sock = self.socket
         peer, read = None, None
         if self._tell_peer(header):  # read whole (it can be handled again) and learn the sender
             peer, read = Peer(), []
@@ -420,15 +421,18 @@ class Router:
                 peer = Peer(_property(frame, "Peer-Address"), _property(frame, "User-Id"), _source_fd(frame))
                 read = _whole(frame, sock)
         self._cursor = _Cursor(sock, read)
-        self._arrival = Arrival(self._identity, header, self._cursor, self, peer)
+        # the identity was taken before the header (see _take); a routing id frame lost leaves no header to hand out
+        identity: bytes = self._identity  # pyright: ignore[reportAssignmentType]
+        self._arrival = Arrival(identity, header, self._cursor, self, peer)
         self._state = _Reading.CURRENT
         return self._arrival
 
     def _again(self) -> Arrival | CutShort:
         """The current message once more, from its first frame after the header; if frames of it were taken
         from the socket already, it cannot be: it was cut short (and is dropped)."""
-        arrival = self._arrival
-        if arrival.message.rewind():
+        # the state is CURRENT: _hand_out set the arrival (and its message, the cursor) before it
+        arrival: Arrival = self._arrival  # pyright: ignore[reportAssignmentType]
+        if self._cursor.rewind():  # (its message)
             return arrival
         self.consume()
         return CutShort(arrival.identity, arrival.header)
@@ -462,7 +466,7 @@ class Router:
                 return CutShort(_sender(frame), frame.bytes)
         elif state == _Reading.HEADER:
             if self._header is not None:
-                self._hand_out()
+                self._hand_out(self._header)
                 return None
             identity = self._identity
             _drain(sock)
@@ -485,8 +489,9 @@ class Router:
                 :data:`SERVER_SEND_HWM` messages).
         """
         self._quiet = False
-        if self._sending is not None:
-            self._finish_interrupted_send()
+        interrupted = self._sending
+        if interrupted is not None:
+            self._finish_interrupted_send(interrupted)
         parts = (identity, *frames)
         self._sending = parts
         self._sent = 0
@@ -502,16 +507,16 @@ class Router:
                 ) from None
             raise
         self._sent = 1
-        self._send_parts(1)
+        self._send_parts(parts, 1)
         self._sending = None
 
-    def _send_parts(self, first: int) -> None:
-        """Send ``_sending[first:]``, ending the message; ``_sent`` counts the parts known to have gone out.
+    def _send_parts(self, parts: tuple[Any, ...], first: int) -> None:
+        """Send ``parts[first:]`` (the send in progress), ending it; ``_sent`` counts the parts known to have gone out.
 
         No Python call comes between a send and the count that follows it, so an interrupt leaves at most the
         part ``_sent`` in doubt (an interrupt out of the compiled send itself, :data:`_queue`).
         """
-        parts, sock = self._sending, self.socket
+        sock = self.socket
         last = len(parts) - 1
         for part in range(first, len(parts)):
             _queue(sock, parts[part], SNDMORE if part < last else 0, _copy(parts[part]))
@@ -525,7 +530,7 @@ class Router:
         except LinkBroken:
             return False
 
-    def _finish_interrupted_send(self) -> None:
+    def _finish_interrupted_send(self, parts: tuple[Any, ...]) -> None:
         """End the message an interrupt cut short, so that the next one starts at a message boundary.
 
         The part in doubt is sent again. If it had gone out, the peer gets that frame twice: a malformed command,
@@ -535,7 +540,7 @@ class Router:
         id is a session's hex digits, §7, never the header's magic bytes).
         """
         try:
-            self._send_parts(self._sent)
+            self._send_parts(parts, self._sent)
         except zmq.ZMQError:
             pass
         self._sending = None
@@ -672,7 +677,8 @@ class Dealer:
             sock.disable_monitor()
             monitor.close(linger=0)
             sock.close(linger=0)
-            raise ValueError(f"cannot connect to {address!r}: {zmq.strerror(error.errno)}") from None
+            # (a ZMQError always has its errno: zmq_errno() when none was given)
+            raise ValueError(f"cannot connect to {address!r}: {zmq.strerror(error.errno)}") from None  # pyright: ignore[reportArgumentType]
         self.socket = sock
         self.monitor = monitor
         self._fd = sock.get(zmq.FD)
