@@ -7,6 +7,8 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -112,6 +114,7 @@ def pytest_configure(config) -> None:
         "markers",
         "alternate_planes: with all planes chosen, each case of the test's matrix runs on one plane, not on each",
     )
+    _end_with_the_suite_that_started_this_run()
     config.addinivalue_line(
         "markers",
         "side_run(run): the test waits for a tests.side_envs.SideRun, started in the background when collection "
@@ -130,6 +133,23 @@ def pytest_collection_finish(session) -> None:
     session.items.sort(key=lambda item: item.get_closest_marker("side_run") is not None)
     for run in _side_runs(session.items):
         run.start()
+
+
+def _end_with_the_suite_that_started_this_run() -> None:
+    """In a side run's pytest: if the suite that started it dies without stopping it (SIGKILL, SIGTERM), end this
+    run and every process it started (its process group), rather than run on orphaned."""
+    from tests import side_envs
+
+    parent = os.environ.get(side_envs.PARENT_VARIABLE)
+    if parent is None:
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(1.0)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="side run: watch the suite", daemon=True).start()
 
 
 def pytest_unconfigure(config) -> None:

@@ -40,6 +40,9 @@ INSTALL_TIMEOUT = 900.0
 TEST_TOOLS = ("pytest>=7", "pytest-timeout>=2.1")
 BUILD_TOOLS = ("setuptools>=77", "wheel")
 _COMPLETE = "complete"
+PARENT_VARIABLE = "GYM_REMOTE_SIDE_RUN_PARENT"
+"""Set in a side run's pytest to the pid of the suite that started it (``tests/conftest.py``: the run ends itself
+if that process dies without stopping it, as when it is SIGKILLed)."""
 
 
 def project_metadata() -> dict:
@@ -170,7 +173,8 @@ class SideRun:
                 lambda command: self._call(command, INSTALL_TIMEOUT, self.environment.child_env())
             )
             command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *self.args]
-            self._call(command, self.timeout, self.environment.child_env(self.env))
+            env = {**self.env, PARENT_VARIABLE: str(os.getpid())}
+            self._call(command, self.timeout, self.environment.child_env(env))
         except _Failed as failed:
             self._failure = str(failed)
         except Exception as error:  # (on this thread, nothing would show it otherwise)
@@ -179,12 +183,13 @@ class SideRun:
             self._passed = True
 
     def _call(self, command: list[str], timeout: float, env: Mapping[str, str]) -> None:
-        """Run ``command`` from the repository root, in a process group of its own that :meth:`stop` ends."""
+        """Run ``command`` from the repository root, in a process group of its own that :meth:`stop` ends, at a
+        lower priority than the suite's own tests (whose timings it must not disturb)."""
         with self._lock:
             if self._stopped:
                 raise _Failed(f"{self!r} was stopped")
             self._process = process = subprocess.Popen(
-                command,
+                ["nice", "-n", "10", *command],
                 cwd=REPO_ROOT,
                 env=dict(env),
                 stdout=subprocess.PIPE,

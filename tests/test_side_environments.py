@@ -17,7 +17,9 @@ from tests.side_envs import OLDEST, RLLIB, SideRun, oldest_allowed, project_meta
 # between processes unless the seed is shared, as between a client and the test's SyncVectorEnv
 OLDEST_RUN = SideRun(
     OLDEST,
-    ["tests/test_equivalence.py", "tests/test_faults.py", "tests/test_partial_batches.py", "--data-plane", "zmq"],
+    ["tests/test_equivalence.py", "tests/test_faults.py", "tests/test_partial_batches.py", "--data-plane", "zmq"]
+    # (the rich-infos matrix with 2 clients only, and no join/leave soak: the main suite runs those on every plane)
+    + ["-k", "not soak_join_leave and (not rich_infos or -2-copy or -2-nocopy)"],
     timeout=1500,
     env={"PYTHONHASHSEED": "0"},
 )

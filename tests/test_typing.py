@@ -13,12 +13,11 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pyright  # noqa: F401 (installed by the test extra: a missing pyright fails here, never skips)
 import pytest
 
 import gym_remote
 from tests.conftest import REPO_ROOT
-
-pytest.importorskip("pyright")  # (the test extra)
 
 pytestmark = pytest.mark.timeout(300)  # a first run may install its Node.js wheel's files; later ones take seconds
 
