@@ -246,7 +246,7 @@ def test_interrupted_recvs_never_lose_a_reply(batch_size):
             steps = [0, 0]  # the step count in each slot's last result
             value = interrupted = cycle = 0
             deadline = time.monotonic() + 12
-            while cycle < 2000 and time.monotonic() < deadline:
+            while (cycle < 2000 or interrupted < 100) and time.monotonic() < deadline:  # (a busy machine: more)
                 cycle += 1
                 value = value % 250 + 1
                 envs.send(np.full((2, 8), value, dtype=np.uint8), np.array([0, 1]))

@@ -242,10 +242,15 @@ def handshake_failure_reason(code: int) -> str:
 
 
 def _peer_of(descriptor: int) -> str:
-    """The network address of the peer on a connection's socket descriptor ("" for ipc or if it is gone)."""
+    """The network address of the peer on a connection's socket descriptor: "" for ipc, and
+    :data:`PEER_GONE` if the connection was closed before its monitor event was read (on a busy machine)."""
     try:
         with socket.socket(fileno=os.dup(descriptor)) as connection:
             name = connection.getpeername()
     except OSError:
-        return ""
+        return PEER_GONE
     return name[0] if isinstance(name, tuple) else ""
+
+
+PEER_GONE = "an address gone before it was read"
+"""What the refusal log says of a peer whose connection closed before the gatekeeper could read its address."""
