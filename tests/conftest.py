@@ -122,17 +122,14 @@ def pytest_configure(config) -> None:
     )
 
 
-def _side_runs(items) -> list:
-    return [marker.args[0] for item in items for marker in item.iter_markers("side_run")]
-
-
 def pytest_collection_finish(session) -> None:
     """Start the side runs of the tests collected (they overlap the rest of the suite), and order those last."""
     if session.config.option.collectonly:
         return
     session.items.sort(key=lambda item: item.get_closest_marker("side_run") is not None)
-    for run in _side_runs(session.items):
-        run.start()
+    for item in session.items:
+        for marker in item.iter_markers("side_run"):
+            marker.args[0].start()
 
 
 def _end_with_the_suite_that_started_this_run() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -72,7 +73,7 @@ class SideEnvironment:
     name: str
     steps: tuple[tuple[str, ...], ...]
 
-    @property
+    @functools.cached_property
     def path(self) -> Path:
         recipe = json.dumps(
             [self.steps, (REPO_ROOT / "pyproject.toml").read_text(), sys.version_info[:2]], sort_keys=True
@@ -82,6 +83,11 @@ class SideEnvironment:
     @property
     def python(self) -> Path:
         return self.path / "bin" / "python"
+
+    @property
+    def making_budget(self) -> float:
+        """Seconds making the environment may take: each of its pip installs, the venv and this package."""
+        return INSTALL_TIMEOUT * (len(self.steps) + 3)
 
     def making_commands(self) -> list[list[str]]:
         """The commands that make the environment, in order: the venv, each step, then this package."""
@@ -96,7 +102,7 @@ class SideEnvironment:
         """The environment's interpreter, the environment made first (each command run by ``call``) if it is
         missing or was left half made."""
         SIDE_ENVS_DIR.mkdir(exist_ok=True)
-        with _locked(SIDE_ENVS_DIR / f"{self.name}.lock", timeout=INSTALL_TIMEOUT * (len(self.steps) + 3)):
+        with _locked(SIDE_ENVS_DIR / f"{self.name}.lock", timeout=self.making_budget):
             if not (self.path / _COMPLETE).exists():
                 for stale in SIDE_ENVS_DIR.glob(f"{self.name}-*"):
                     shutil.rmtree(stale)
@@ -137,7 +143,7 @@ class SideRun:
     @property
     def budget(self) -> float:
         """Seconds the run may take, making its environment included."""
-        return self.timeout + INSTALL_TIMEOUT * (len(self.environment.steps) + 3)
+        return self.timeout + self.environment.making_budget
 
     def start(self) -> None:
         if self._thread is None:
