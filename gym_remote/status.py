@@ -12,6 +12,7 @@ Example (a learner listening on loopback)::
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
@@ -31,6 +32,12 @@ from gym_remote.protocol import Kind
 from gym_remote.security import KeySource, check_endpoint, client_security
 
 __all__ = ["query_status", "StatusClient", "format_status"]
+
+logger = logging.getLogger(__name__)
+
+ASK_AGAIN_AFTER = 1.0
+"""Seconds :meth:`StatusClient.query` waits for an answer before it asks again (twice as long each time after):
+a learner drops the requests beyond 10 a second, and an answer that arrives malformed is lost (PROTOCOL.md §9.1)."""
 
 
 def query_status(
@@ -83,30 +90,41 @@ class StatusClient:
         self._cut = 0
 
     def query(self, timeout: float = 10.0) -> dict[str, Any]:
-        """The learner's status now (see :func:`query_status` for what it raises)."""
-        self._seq += 1
-        seq, dealer = self._seq, self._dealer
-        dealer.send([protocol.pack_header(Kind.STATUS, seq)])
+        """The learner's status now (see :func:`query_status` for what it raises).
+
+        Asks again when no answer came within :data:`ASK_AGAIN_AFTER` (then twice as long each time), and at
+        once when a message arrives malformed; an answer to any of this call's requests will do.
+        """
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        first = seq = self._ask()
+        wait = ASK_AGAIN_AFTER
+        ask_again = time.monotonic() + wait
+        while (now := time.monotonic()) < deadline:
+            if now >= ask_again:
+                wait *= 2
+                seq, ask_again = self._ask(), now + wait
             self._check_connection()
-            dealer.flush()
-            received = dealer.receive(min(0.1, max(0.001, deadline - time.monotonic())))
+            self._dealer.flush()
+            received = self._dealer.receive(min(0.1, max(0.001, deadline - now)))
             if received is None:
                 continue
             frame, cursor = received
-            header = protocol.parse_header(frame)
             frames = cursor.rest()
-            if header.seq != seq:  # (an answer to an earlier question that timed out)
+            try:
+                header = protocol.parse_header(frame)
+                value = protocol.read_value(frames) if header.flags & protocol.FLAG_VALUE else None
+            except ProtocolError as error:
+                logger.debug("dropped a malformed message from %s (%s); asking again", self.address, error)
+                seq = self._ask()
+                continue
+            if not first <= header.seq <= seq:  # (an answer to an earlier call's request, which timed out)
                 continue
             if header.kind == Kind.STATUS_REPORT:
-                report = protocol.read_value(frames)
-                if not isinstance(report, dict):
+                if not isinstance(value, dict):
                     raise ProtocolError(f"the server at {self.address} sent a STATUS_REPORT that is not a dict")
-                return report
+                return value
             if header.kind == Kind.ERROR:
-                error = protocol.read_value(frames) if header.flags & protocol.FLAG_VALUE else {}
-                message = error.get("message") if isinstance(error, dict) else None
+                message = value.get("message") if isinstance(value, dict) else None
                 raise PermissionError(f"the server at {self.address} refused the status request: {message}")
         why = "" if self._connected else why_unreachable(self.address)
         hint = (
@@ -115,6 +133,12 @@ class StatusClient:
             else " (a learner answers while it is inside a call, a step or a reset: is it busy elsewhere?)"
         )
         raise RemoteTimeoutError(f"no status from a learner at {self.address} within {timeout:g} s{hint}")
+
+    def _ask(self) -> int:
+        """Send a STATUS request; its ``seq``."""
+        self._seq += 1
+        self._dealer.send([protocol.pack_header(Kind.STATUS, self._seq)])
+        return self._seq
 
     def _check_connection(self) -> None:
         for event, value in self._dealer.events():

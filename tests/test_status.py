@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 
@@ -18,6 +20,7 @@ import zmq
 from gym_remote import RemoteVectorEnv, protocol
 from gym_remote.errors import JoinRefusedError, RemoteTimeoutError
 from gym_remote.fleet import FleetRecorder
+from gym_remote.links import zeromq as zeromq_link
 from gym_remote.protocol import Kind
 from gym_remote.security import create_key_files, read_secret_file
 from gym_remote.status import format_status, query_status
@@ -187,7 +190,7 @@ def test_a_learner_that_serves_only_its_own_clients_reports_to_no_one(stack):
         ask_while_stepping(envs, lambda: query_status(envs.address, timeout=10))
 
 
-def test_status_answers_at_most_ten_requests_a_second(stack):
+def test_status_answers_at_most_ten_requests_a_second_and_a_dropped_one_is_asked_again(stack):
     envs = RemoteVectorEnv(num_envs=1, observation_space=gym.spaces.Discrete(2), action_space=gym.spaces.Discrete(2))
     stack.callback(envs.close)
     context = zmq.Context()
@@ -208,12 +211,82 @@ def test_status_answers_at_most_ten_requests_a_second(stack):
             assert header.kind == Kind.STATUS_REPORT
             answered.append(header.seq)
     assert answered == list(range(1, 11))
+    # a status client whose request is dropped asks again a second later
+    started = time.monotonic()
+    report = ask_while_stepping(envs, lambda: query_status(envs.address, timeout=10), step=envs._server.poll)
+    seconds = time.monotonic() - started
+    assert report["num_envs"] == 1 and 0.2 < seconds < 5, seconds
 
 
-def ask_while_stepping(envs, ask):
-    """Call ``ask`` in a thread while ``envs`` steps here (a learner answers STATUS while inside a call)."""
-    import threading
+def _interrupting_the_status_answer(send, number: int, before: bool):
+    """pyzmq's compiled ``send``, raising KeyboardInterrupt once, in the main thread, at the ``number``-th frame of
+    the next message to a status client (its routing id the first), ``before`` the frame is queued or after."""
+    counted = 0
 
+    def interrupting(sock, frame, *rest):
+        nonlocal counted
+        if counted < number and threading.current_thread() is threading.main_thread():
+            if counted or (isinstance(frame, bytes) and frame.startswith(b"status-")):
+                counted += 1
+                if counted == number and before:
+                    raise KeyboardInterrupt
+                result = send(sock, frame, *rest)
+                if counted == number:
+                    raise KeyboardInterrupt
+                return result
+        return send(sock, frame, *rest)
+
+    return interrupting
+
+
+@pytest.mark.timeout(120)
+def test_a_status_answer_an_interrupt_cut_short_is_asked_for_again(run, tmp_path, monkeypatch, caplog, stack):
+    """A learner Ctrl-C'ed inside the send of a STATUS_REPORT finishes it at its next send, the frame in doubt
+    sent again (PROTOCOL.md §14). For every frame of it, interrupted before or after it is queued: the status
+    client gets a report, and it dropped a malformed answer (and asked again) exactly when a frame went out twice.
+    A doubled frame used to end ``gym-remote status --watch`` with a ProtocolError (found by the chaos soak)."""
+    address = f"ipc://{tmp_path}/learner"
+    spaces = gym.make("CartPole-v1")
+    envs = RemoteVectorEnv(
+        num_envs=1, observation_space=spaces.observation_space, action_space=spaces.action_space, bind=address
+    )
+    stack.callback(envs.close)
+    run("client", address, "--env", "CartPole-v1", "--num-envs", "1", "--no-data-plane", name="sim")
+    envs.reset(seed=0)
+    compiled = zeromq_link._queue
+    caplog.set_level(logging.DEBUG, logger="gym_remote.status")
+    report_frames = 3  # routing id, header, value
+    for when in ("before", "after"):
+        for number in range(1, report_frames + 1):
+            case = f"frame {number} of the report interrupted {when} it was queued"
+            interrupting = _interrupting_the_status_answer(compiled, number, before=when == "before")
+            monkeypatch.setattr(zeromq_link, "_queue", interrupting)
+            caplog.clear()
+            interrupts = 0
+
+            def step():
+                nonlocal interrupts
+                try:
+                    envs.step(envs.action_space.sample())
+                except KeyboardInterrupt:
+                    interrupts += 1
+
+            try:
+                report = ask_while_stepping(envs, lambda: query_status(address, timeout=30), step=step)
+            except Exception as error:
+                raise AssertionError(f"{case}: {error!r}") from error
+            finally:
+                monkeypatch.setattr(zeromq_link, "_queue", compiled)
+            assert report["num_envs"] == 1 and report["served"] == 1, case
+            assert interrupts == 1, f"{case}: {interrupts} steps interrupted"
+            malformed = [record for record in caplog.records if "dropped a malformed message" in record.getMessage()]
+            doubled = when == "after" and number < report_frames  # (a last frame sent twice is dropped by the router)
+            assert len(malformed) == doubled, f"{case}: {[record.getMessage() for record in malformed]}"
+
+
+def ask_while_stepping(envs, ask, step=None):
+    """Call ``ask`` in a thread while ``envs`` steps here (a learner answers STATUS while inside a call); ``step``,
+    if given, is what a step is."""
     outcome = {}
 
     def target():
@@ -225,7 +298,10 @@ def ask_while_stepping(envs, ask):
     thread = threading.Thread(target=target)
     thread.start()
     while thread.is_alive():
-        envs.step(envs.action_space.sample())
+        if step is None:
+            envs.step(envs.action_space.sample())
+        else:
+            step()
     thread.join()
     if "error" in outcome:
         raise outcome["error"]
