@@ -986,23 +986,23 @@ class EnvClient:
             self._send_result(hosted, header.seq, infos, finals, indexes, errors)
         elif kind == Kind.RESET:
             indexes = self._read_indexes(hosted, header, message)
-            command = self._read_value(header, message)
+            command = self._read_command(header, message, "seeds")
             seeds = _per_env(command["seeds"], header, "seeds")
             options = command.get("options", NO_OPTIONS)  # absent: reset(seed=...) without the keyword
             infos = hosted.reset(seeds, options, indexes)
             self._send_result(hosted, header.seq, infos, None, indexes)
         elif kind == Kind.CALL:
             indexes = self._read_indexes(hosted, header, message)
-            command = self._read_value(header, message)
+            command = self._read_command(header, message, "name")
             name, query = command["name"], command.get("query")
             if query is None:
-                results = hosted.call(name, command["args"], command["kwargs"], indexes)
+                results = hosted.call(name, *_call_arguments(header, command), indexes)
             else:  # a query carries no args or kwargs (PROTOCOL.md §5.3)
                 results = hosted.call(name, [], {}, indexes, query)
             self._send_call_result(header.seq, results, indexes)
         elif kind == Kind.SET_ATTR:
             indexes = self._read_indexes(hosted, header, message)
-            command = self._read_value(header, message)
+            command = self._read_command(header, message, "name", "values")
             name, outermost = command["name"], command.get("outermost", False)
             if type(outermost) is not bool:
                 raise ProtocolError(f"SET_ATTR's outermost must be true or false, got {outermost!r}")
@@ -1058,7 +1058,7 @@ class EnvClient:
         """The actions of a STEP, one per env stepped, as ``iterate`` gives them (see PROTOCOL.md, STEP)."""
         count = header.count
         if header.flags & FLAG_VALUE:
-            return _per_env(self._read_value(header, message)["actions"], header, "actions")
+            return _per_env(self._read_command(header, message, "actions")["actions"], header, "actions")
         leaves = hosted.action_leaves
         if leaves is None:
             raise ProtocolError("STEP without actions: this action space needs them in a value section")
@@ -1073,6 +1073,21 @@ class EnvClient:
             return list(targets[0])
         batch = codec.leaves_to_batch(hosted.action_space, targets)
         return list(iterate(hosted.action_batch_spaces[count], batch))
+
+    def _read_command(self, header: protocol.Header, message: Message, *keys: str) -> dict[str, Any]:
+        """A command's value, checked to be a dict with ``keys`` (and a string ``name`` if that is one of them);
+        anything else makes the command malformed: a ProtocolError, which the client's ERROR reports as such
+        (PROTOCOL.md §8), whatever an env would have made of the value."""
+        command = self._read_value(header, message)
+        what = kind_name(header.kind)
+        if not isinstance(command, dict):
+            raise ProtocolError(f"{what} must carry a dict, not {type(command).__name__}")
+        missing = [key for key in keys if key not in command]
+        if missing:
+            raise ProtocolError(f"{what} lacks {' and '.join(repr(key) for key in missing)}")
+        if "name" in keys and type(command["name"]) is not str:
+            raise ProtocolError(f"{what}'s name must be a string, not {type(command['name']).__name__}")
+        return command
 
     def _read_value(self, header: protocol.Header, message: Message) -> Any:
         frames = message.rest()
@@ -1265,6 +1280,15 @@ def _per_env(value: Any, header: protocol.Header, name: str) -> list:
     if not isinstance(value, list) or len(value) != header.count:
         raise ProtocolError(f"{kind_name(header.kind)} must carry a list of {header.count} {name}")
     return value
+
+
+def _call_arguments(header: protocol.Header, command: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
+    """A plain CALL's ``args`` (a list) and ``kwargs`` (a dict with string keys); else the CALL is malformed."""
+    args, kwargs = command.get("args"), command.get("kwargs")
+    if not (isinstance(args, (list, tuple)) and isinstance(kwargs, dict) and all(type(key) is str for key in kwargs)):
+        what = kind_name(header.kind)
+        raise ProtocolError(f"{what} must carry 'args' (a list) and 'kwargs' (a dict with string keys)")
+    return args, kwargs
 
 
 def _wrapper_classes(env: gym.Env) -> list[str]:

@@ -794,7 +794,8 @@ Status Client::Impl::Handle(Message* message, Outcome* outcome) {
       const Value* query = command.Find("query");
       if (status.ok() && !command.is_dict()) status = Protocol("CALL must carry a dict");
       if (status.ok() && (name == nullptr || name->kind() != Value::Kind::kString)) {
-        status = Status::EnvError("TypeError", "attribute name must be string");
+        status = Protocol(KindName(header.kind) + "'s name must be a string, not " +
+                          (name != nullptr ? name->TypeName() : std::string("missing")));
       }
       std::string query_name;
       if (status.ok() && query != nullptr && !query->is_none()) {
@@ -834,7 +835,8 @@ Status Client::Impl::Handle(Message* message, Outcome* outcome) {
         status = Protocol("SET_ATTR must carry a list of " + std::to_string(indexes.size()) + " values");
       }
       if (status.ok() && (name == nullptr || name->kind() != Value::Kind::kString)) {
-        status = Status::EnvError("TypeError", "attribute name must be string");
+        status = Protocol(KindName(header.kind) + "'s name must be a string, not " +
+                          (name != nullptr ? name->TypeName() : std::string("missing")));
       }
       if (!status.ok()) return SendError(seq, CommandError{kNoEnv, status}, false);
       if (!hosted->SetAttr(indexes, name->text(), values->items(), &error)) return SendError(seq, error, false);
