@@ -71,6 +71,17 @@ drops a message an interrupt of its call cut short while it was read. The wait d
 MAX_HELLO_REPEAT_SECONDS = 32.0
 """The longest wait between two repeats of an unanswered HELLO."""
 
+NEW_SESSION_LINGER_MS = 0
+"""``ZMQ_LINGER`` of a socket closed to start a new session: nothing it queued may reach the server the new
+session speaks to (PROTOCOL.md §11.1)."""
+
+LAST_LINGER_MS = 1000
+"""``ZMQ_LINGER`` of the last socket, closed when the client stops: its BYE still leaves."""
+
+NOT_NOW_WAIT_SECONDS = (0.5, 2.0)
+"""After a ZAP status 500 ("not now", PROTOCOL.md §12.4), a client waits a random time in this range, so that a
+fleet turned away together does not come back together, then connects again on a new socket."""
+
 UNREACHABLE_CHECK_SECONDS = 3.0
 """How long a client waits for a server's handshake before it finds out why none comes (and says it)."""
 
@@ -531,14 +542,14 @@ class EnvClient:
                     self.rejoins += 1
                     join_timeout = None if self.keep_serving else self.reconnect_timeout
                     logger.warning("client %s: lost the server at %s; rejoining", self.name, self.address)
-                self._connect(linger=0)
+                self._connect(linger=NEW_SESSION_LINGER_MS)
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: leave cleanly, so the slots free up
             self._say_bye()
             raise
         finally:
             if hosted is not None:
                 hosted.close()
-            self._disconnect(linger=1000)
+            self._disconnect(linger=LAST_LINGER_MS)
             terminate(self._context)
 
     def _make_envs(self) -> HostedEnvs:
@@ -560,7 +571,7 @@ class EnvClient:
 
     # -- connection --------------------------------------------------------------------------------
 
-    def _connect(self, linger: int = 1000) -> None:
+    def _connect(self, linger: int = LAST_LINGER_MS) -> None:
         """New links to the server for a new session; the old ones, if any, are closed."""
         if self.session:
             self._disconnect(linger)
@@ -639,7 +650,7 @@ class EnvClient:
                         code="unauthorized",
                     )
                 self._denials += 1
-                delay = random.uniform(0.5, 2.0)
+                delay = random.uniform(*NOT_NOW_WAIT_SECONDS)
                 logger.log(
                     logging.WARNING if self._denials >= 3 else logging.INFO,  # (a closing server says "not now" too)
                     "client %s: the server at %s is refusing connections for now (too many, too fast, or it is "
@@ -697,7 +708,7 @@ class EnvClient:
                     )
                 if deadline is not None and time.monotonic() > deadline and not in_line:
                     raise self._no_answer()
-                self._connect(linger=0)
+                self._connect(linger=NEW_SESSION_LINGER_MS)
                 hello = self._send_hello(hosted, deadline)
                 repeat_after = HELLO_REPEAT_SECONDS
                 repeat_at = time.monotonic() + repeat_after
@@ -785,7 +796,7 @@ class EnvClient:
             return self._session_connection().next_message(timeout)
         except LinkBroken as error:
             logger.info("client %s: %s", self.name, error)
-            self._connect(linger=0)
+            self._connect(linger=NEW_SESSION_LINGER_MS)
             return None
 
     def _send_hello(self, hosted: HostedEnvs, deadline: float | None) -> list[Any]:
@@ -815,7 +826,7 @@ class EnvClient:
         check_at = time.monotonic() + UNREACHABLE_CHECK_SECONDS
         while not self._connected:
             if self._connection_dropped() and not self._connected:
-                self._connect(linger=0)  # libzmq gave up on the old socket's connection
+                self._connect(linger=NEW_SESSION_LINGER_MS)  # libzmq gave up on the old socket's connection
             if self._connected:
                 self._unreachable = ""
                 return
