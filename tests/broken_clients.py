@@ -12,7 +12,11 @@ Flaws:
 * ``random-seed``: the probe's ``np_random_seed`` is Gymnasium's, a random number before any seeded reset,
   not -1 (CONFORMANCE.md §1.6);
 * ``secret-bom-kept``: a secret file's byte-order mark is kept as part of the secret, and any Unicode
-  whitespace stripped (PROTOCOL.md §12.2).
+  whitespace stripped (PROTOCOL.md §12.2);
+* ``host-error-names``: a malformed command is reported with the names a C# client would reach for
+  (``InvalidDataException``, ``System.IO``), not ``ProtocolError`` of ``gym_remote.errors`` (PROTOCOL.md §8);
+* ``equal-keys-kept``: a ``d`` value whose keys are equal under Python's ``==`` is read as Python's dict
+  would build it (the first key, the last value), not refused (PROTOCOL.md §3.1).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 import gymnasium as gym
 
 from gym_remote import cli, client, codec, probe, security
+from gym_remote.errors import ProtocolError
 from gym_remote.links import zeromq
 
 
@@ -76,6 +81,24 @@ def secret_bom_kept() -> None:
     security.read_secret_file = read_secret_file
 
 
+def host_error_names() -> None:
+    report = client.error_report
+
+    def error_report(error):
+        if isinstance(error, ProtocolError):
+            return {**report(error), "type": "InvalidDataException", "module": "System.IO"}
+        return report(error)
+
+    client.error_report = error_report
+
+
+def equal_keys_kept() -> None:
+    def _dict(self, tree, depth):
+        return {self.value(tree[i], depth): self.value(tree[i + 1], depth) for i in range(1, len(tree), 2)}
+
+    codec._Decoder._HANDLERS["d"] = _dict
+
+
 FLAWS = {
     "floats-as-ints": floats_as_ints,
     "no-heartbeats": no_heartbeats,
@@ -83,6 +106,8 @@ FLAWS = {
     "sync-autoreset-flags": sync_autoreset_flags,
     "random-seed": random_seed,
     "secret-bom-kept": secret_bom_kept,
+    "host-error-names": host_error_names,
+    "equal-keys-kept": equal_keys_kept,
 }
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ def failure(report, name: str):
     return result
 
 
+SETTLED_READINGS = (
+    "settled readings: malformed commands are ProtocolErrors, equal and repeated dict keys, flags of other kinds"
+)
 FLAWS = [  # (flaw of tests/broken_clients.py, the check that must fail, what its message must say)
     ("floats-as-ints", "lock-step batches match SyncVectorEnv, NextStep", ["infos['half']", "dtype <i8", "dtype <f8"]),
     (
@@ -61,6 +64,12 @@ FLAWS = [  # (flaw of tests/broken_clients.py, the check that must fail, what it
         "a shared secret: the client joins and steps",
         ["byte-order mark", "§12.2", "exited with status 1 instead of joining"],
     ),
+    (
+        "host-error-names",
+        SETTLED_READINGS,
+        ["a CALL without 'args' and 'kwargs'", "'InvalidDataException'", "'gym_remote.errors'", "§8"],
+    ),
+    ("equal-keys-kept", SETTLED_READINGS, ["ERROR", "'d' value has the keys 1 and 1.0", "§3.1"]),
 ]
 
 
