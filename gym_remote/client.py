@@ -71,6 +71,17 @@ drops a message an interrupt of its call cut short while it was read. The wait d
 MAX_HELLO_REPEAT_SECONDS = 32.0
 """The longest wait between two repeats of an unanswered HELLO."""
 
+NEW_SESSION_LINGER_MS = 0
+"""``ZMQ_LINGER`` of a socket closed to start a new session: nothing it queued may reach the server the new
+session speaks to (PROTOCOL.md §11.1)."""
+
+LAST_LINGER_MS = 1000
+"""``ZMQ_LINGER`` of the last socket, closed when the client stops: its BYE still leaves."""
+
+NOT_NOW_WAIT_SECONDS = (0.5, 2.0)
+"""After a ZAP status 500 ("not now", PROTOCOL.md §12.4), a client waits a random time in this range, so that a
+fleet turned away together does not come back together, then connects again on a new socket."""
+
 UNREACHABLE_CHECK_SECONDS = 3.0
 """How long a client waits for a server's handshake before it finds out why none comes (and says it)."""
 
@@ -531,14 +542,14 @@ class EnvClient:
                     self.rejoins += 1
                     join_timeout = None if self.keep_serving else self.reconnect_timeout
                     logger.warning("client %s: lost the server at %s; rejoining", self.name, self.address)
-                self._connect(linger=0)
+                self._connect(linger=NEW_SESSION_LINGER_MS)
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: leave cleanly, so the slots free up
             self._say_bye()
             raise
         finally:
             if hosted is not None:
                 hosted.close()
-            self._disconnect(linger=1000)
+            self._disconnect(linger=LAST_LINGER_MS)
             terminate(self._context)
 
     def _make_envs(self) -> HostedEnvs:
@@ -560,7 +571,7 @@ class EnvClient:
 
     # -- connection --------------------------------------------------------------------------------
 
-    def _connect(self, linger: int = 1000) -> None:
+    def _connect(self, linger: int = LAST_LINGER_MS) -> None:
         """New links to the server for a new session; the old ones, if any, are closed."""
         if self.session:
             self._disconnect(linger)
@@ -639,7 +650,7 @@ class EnvClient:
                         code="unauthorized",
                     )
                 self._denials += 1
-                delay = random.uniform(0.5, 2.0)
+                delay = random.uniform(*NOT_NOW_WAIT_SECONDS)
                 logger.log(
                     logging.WARNING if self._denials >= 3 else logging.INFO,  # (a closing server says "not now" too)
                     "client %s: the server at %s is refusing connections for now (too many, too fast, or it is "
@@ -697,7 +708,7 @@ class EnvClient:
                     )
                 if deadline is not None and time.monotonic() > deadline and not in_line:
                     raise self._no_answer()
-                self._connect(linger=0)
+                self._connect(linger=NEW_SESSION_LINGER_MS)
                 hello = self._send_hello(hosted, deadline)
                 repeat_after = HELLO_REPEAT_SECONDS
                 repeat_at = time.monotonic() + repeat_after
@@ -785,7 +796,7 @@ class EnvClient:
             return self._session_connection().next_message(timeout)
         except LinkBroken as error:
             logger.info("client %s: %s", self.name, error)
-            self._connect(linger=0)
+            self._connect(linger=NEW_SESSION_LINGER_MS)
             return None
 
     def _send_hello(self, hosted: HostedEnvs, deadline: float | None) -> list[Any]:
@@ -815,7 +826,7 @@ class EnvClient:
         check_at = time.monotonic() + UNREACHABLE_CHECK_SECONDS
         while not self._connected:
             if self._connection_dropped() and not self._connected:
-                self._connect(linger=0)  # libzmq gave up on the old socket's connection
+                self._connect(linger=NEW_SESSION_LINGER_MS)  # libzmq gave up on the old socket's connection
             if self._connected:
                 self._unreachable = ""
                 return
@@ -986,23 +997,23 @@ class EnvClient:
             self._send_result(hosted, header.seq, infos, finals, indexes, errors)
         elif kind == Kind.RESET:
             indexes = self._read_indexes(hosted, header, message)
-            command = self._read_value(header, message)
+            command = self._read_command(header, message, "seeds")
             seeds = _per_env(command["seeds"], header, "seeds")
             options = command.get("options", NO_OPTIONS)  # absent: reset(seed=...) without the keyword
             infos = hosted.reset(seeds, options, indexes)
             self._send_result(hosted, header.seq, infos, None, indexes)
         elif kind == Kind.CALL:
             indexes = self._read_indexes(hosted, header, message)
-            command = self._read_value(header, message)
+            command = self._read_command(header, message, "name")
             name, query = command["name"], command.get("query")
             if query is None:
-                results = hosted.call(name, command["args"], command["kwargs"], indexes)
+                results = hosted.call(name, *_call_arguments(header, command), indexes)
             else:  # a query carries no args or kwargs (PROTOCOL.md §5.3)
                 results = hosted.call(name, [], {}, indexes, query)
             self._send_call_result(header.seq, results, indexes)
         elif kind == Kind.SET_ATTR:
             indexes = self._read_indexes(hosted, header, message)
-            command = self._read_value(header, message)
+            command = self._read_command(header, message, "name", "values")
             name, outermost = command["name"], command.get("outermost", False)
             if type(outermost) is not bool:
                 raise ProtocolError(f"SET_ATTR's outermost must be true or false, got {outermost!r}")
@@ -1058,7 +1069,7 @@ class EnvClient:
         """The actions of a STEP, one per env stepped, as ``iterate`` gives them (see PROTOCOL.md, STEP)."""
         count = header.count
         if header.flags & FLAG_VALUE:
-            return _per_env(self._read_value(header, message)["actions"], header, "actions")
+            return _per_env(self._read_command(header, message, "actions")["actions"], header, "actions")
         leaves = hosted.action_leaves
         if leaves is None:
             raise ProtocolError("STEP without actions: this action space needs them in a value section")
@@ -1073,6 +1084,21 @@ class EnvClient:
             return list(targets[0])
         batch = codec.leaves_to_batch(hosted.action_space, targets)
         return list(iterate(hosted.action_batch_spaces[count], batch))
+
+    def _read_command(self, header: protocol.Header, message: Message, *keys: str) -> dict[str, Any]:
+        """A command's value, checked to be a dict with ``keys`` (and a string ``name`` if that is one of them);
+        anything else makes the command malformed: a ProtocolError, which the client's ERROR reports as such
+        (PROTOCOL.md §8), whatever an env would have made of the value."""
+        command = self._read_value(header, message)
+        what = kind_name(header.kind)
+        if not isinstance(command, dict):
+            raise ProtocolError(f"{what} must carry a dict, not {type(command).__name__}")
+        missing = [key for key in keys if key not in command]
+        if missing:
+            raise ProtocolError(f"{what} lacks {' and '.join(repr(key) for key in missing)}")
+        if "name" in keys and type(command["name"]) is not str:
+            raise ProtocolError(f"{what}'s name must be a string, not {type(command['name']).__name__}")
+        return command
 
     def _read_value(self, header: protocol.Header, message: Message) -> Any:
         frames = message.rest()
@@ -1265,6 +1291,15 @@ def _per_env(value: Any, header: protocol.Header, name: str) -> list:
     if not isinstance(value, list) or len(value) != header.count:
         raise ProtocolError(f"{kind_name(header.kind)} must carry a list of {header.count} {name}")
     return value
+
+
+def _call_arguments(header: protocol.Header, command: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
+    """A plain CALL's ``args`` (a list) and ``kwargs`` (a dict with string keys); else the CALL is malformed."""
+    args, kwargs = command.get("args"), command.get("kwargs")
+    if not (isinstance(args, (list, tuple)) and isinstance(kwargs, dict) and all(type(key) is str for key in kwargs)):
+        what = kind_name(header.kind)
+        raise ProtocolError(f"{what} must carry 'args' (a list) and 'kwargs' (a dict with string keys)")
+    return args, kwargs
 
 
 def _wrapper_classes(env: gym.Env) -> list[str]:

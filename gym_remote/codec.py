@@ -295,9 +295,12 @@ class _Decoder:
         for position in range(1, len(tree), 2):
             key = self.value(tree[position], depth)
             try:
-                result[key] = self.value(tree[position + 1], depth)
+                known = key in result
             except TypeError:
                 raise ProtocolError(f"malformed value: dict key of type {type(key).__name__} is not hashable") from None
+            if known:  # equal under Python's == (1, 1.0 and True are one key): which value is meant? (PROTOCOL.md §3.1)
+                raise ProtocolError(f"malformed value: a 'd' array repeats the dict key {_preview(key)}")
+            result[key] = self.value(tree[position + 1], depth)
         return result
 
     def _float(self, tree: list, depth: int) -> float:

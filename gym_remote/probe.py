@@ -19,6 +19,7 @@ protocol that a client must get right.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -32,6 +33,8 @@ PROBE_ENV_ID = "gym_remote/Probe-v0"
 
 EPISODE_LIMIT = 5
 """Every episode is truncated at this step (and may terminate at the same step)."""
+
+_INT64_LIMIT = 2**63
 
 
 def probe_spaces() -> tuple[spaces.Dict, spaces.Tuple]:
@@ -74,15 +77,26 @@ class ProbeEnv(gym.Env):
         self._term_step = 0
         self._zeta = np.zeros(2, dtype=np.float32)
         self._bits = np.zeros(2, dtype=np.int8)
+        self._seed = -1
+
+    @property
+    def np_random_seed(self) -> int:
+        """The last seed given to :meth:`reset` (a reset without one keeps it); -1 before any seeded reset.
+
+        Not Gymnasium's random seed drawn when first asked: every implementation of the probe must say the
+        same (docs/CONFORMANCE.md §1.6).
+        """
+        return self._seed
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         if seed is not None:
+            self._seed = seed
             self._draw = seed % 1000
         else:
             self._draw = (self._draw * 37 + 11) % 1000
         offset = 0
-        if options is not None and "offset" in options:
+        if isinstance(options, dict) and "offset" in options:  # (a list or str holding "offset" is no dict)
             offset = options["offset"]
             if type(offset) is not int or not 0 <= offset < 1000:
                 raise ValueError(f"options['offset'] must be an int in [0, 1000), not {offset!r}")
@@ -97,7 +111,7 @@ class ProbeEnv(gym.Env):
 
     def step(self, action: Any):
         direction, push, bits = action
-        direction = int(direction)
+        direction = _integer(direction)
         push = np.asarray(push, dtype=np.float32)
         self._bits = np.asarray(bits, dtype=np.int8).copy()
         self._t += 1
@@ -140,3 +154,28 @@ class ProbeEnv(gym.Env):
                 np.array([self._bits[0], self._bits[1], (b + t) % 2], dtype=np.int8),
             ),
         }
+
+
+def _integer(value: Any) -> int:
+    """A number as Python's ``int()`` converts it (a float truncated toward zero), within the signed 64-bit
+    range, as docs/CONFORMANCE.md §1.4 converts the probe's ``direction``.
+
+    Raises:
+        ValueError: a NaN, an infinity, or a number outside the signed 64-bit range.
+        TypeError: ``value`` is not a number (nor a one-element array of one).
+    """
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(())[()]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot convert float {value!r} to an integer")
+        if not -_INT64_LIMIT <= value < _INT64_LIMIT:
+            raise ValueError(f"the float {value!r} is outside the signed 64-bit range")
+        return int(value)
+    if not isinstance(value, int):  # (bool is an int)
+        raise TypeError(f"the direction must be a number, not {type(value).__name__}")
+    if not -_INT64_LIMIT <= value < _INT64_LIMIT:
+        raise ValueError(f"the int {value} is outside the signed 64-bit range")
+    return int(value)

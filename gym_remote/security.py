@@ -130,10 +130,27 @@ def create_secret_file(path: str | os.PathLike[str]) -> str:
     return os.fspath(path)
 
 
+SECRET_FILE_WHITESPACE = " \t\n\v\f\r"
+"""What :func:`read_secret_file` strips at both ends: ASCII whitespace only (PROTOCOL.md §12.2)."""
+
+
 def read_secret_file(path: str | os.PathLike[str]) -> str:
-    """The shared secret stored in ``path`` (surrounding whitespace and the final newline removed)."""
-    with open(path, encoding="utf-8") as file:
-        secret = file.read().strip()
+    """The shared secret stored in ``path``: its UTF-8 text, read as it is (no newline translation), without
+    one leading byte-order mark and without the ASCII whitespace at both ends (PROTOCOL.md §12.2), as every
+    implementation reads it, so that a server and its clients derive the same keys.
+
+    Raises:
+        ValueError: the file is not UTF-8 text, or holds nothing but whitespace.
+    """
+    with open(path, "rb") as file:
+        data = file.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"the secret file {os.fspath(path)} is not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
+    secret = text.removeprefix("\ufeff").strip(SECRET_FILE_WHITESPACE)
     if not secret:
         raise ValueError(f"the secret file {os.fspath(path)} is empty")
     _warn_if_readable_by_others(path, "secret file")

@@ -44,10 +44,40 @@ def failure(report, name: str):
     return result
 
 
-def test_a_client_that_writes_whole_floats_as_ints_fails_the_values_checks_naming_the_info():
-    name = "lock-step batches match SyncVectorEnv, NextStep"
-    result = failure(run(broken_client("floats-as-ints"), names=[name]), name)
-    assert "infos['half']" in result.message and "dtype <i8" in result.message and "dtype <f8" in result.message
+SETTLED_READINGS = (
+    "settled readings: malformed commands are ProtocolErrors, equal and repeated dict keys, flags of other kinds"
+)
+FLAWS = [  # (flaw of tests/broken_clients.py, the check that must fail, what its message must say)
+    ("floats-as-ints", "lock-step batches match SyncVectorEnv, NextStep", ["infos['half']", "dtype <i8", "dtype <f8"]),
+    (
+        "sync-autoreset-flags",
+        "an env that raises stops a lock-step step; the others keep their own autoreset state",
+        ["env 0 must reset", "slot 0", "§5.6"],
+    ),
+    (
+        "random-seed",
+        "calls and attributes match SyncVectorEnv",
+        ["get_attr('np_random_seed') before any seeded reset[0]", "expected -1"],
+    ),
+    (
+        "secret-bom-kept",
+        "a shared secret: the client joins and steps",
+        ["byte-order mark", "§12.2", "exited with status 1 instead of joining"],
+    ),
+    (
+        "host-error-names",
+        SETTLED_READINGS,
+        ["a CALL without 'args' and 'kwargs'", "'InvalidDataException'", "'gym_remote.errors'", "§8"],
+    ),
+    ("equal-keys-kept", SETTLED_READINGS, ["ERROR", "'d' value has the keys 1 and 1.0", "§3.1"]),
+]
+
+
+@pytest.mark.parametrize(("flaw", "name", "fragments"), FLAWS, ids=[flaw for flaw, _, _ in FLAWS])
+def test_a_flawed_client_fails_the_check_for_its_flaw_saying_what_is_wrong(flaw, name, fragments):
+    result = failure(run(broken_client(flaw), names=[name]), name)
+    assert all(fragment in result.message for fragment in fragments), result.message
+    assert result.seconds < 20  # (a client that exits is failed at once, not after the server's wait for clients)
 
 
 @pytest.mark.timeout(180)

@@ -47,10 +47,68 @@ def test_reset_follows_the_seed_stream_and_the_offset_option():
     assert ProbeEnv().reset()[1]["base"] == 11  # a fresh env's stream starts at 0
 
 
-@pytest.mark.parametrize("offset", [-1, 1000, 2.0, True, "3"])
+@pytest.mark.parametrize("offset", [-1, 1000, 2.0, True, "3", np.int64(5), 2**70])
 def test_reset_refuses_a_bad_offset(offset):
     with pytest.raises(ValueError, match="offset"):
         ProbeEnv().reset(seed=0, options={"offset": offset})
+
+
+@pytest.mark.parametrize("options", [None, {}, ["offset"], "offset", ("offset",)])
+def test_options_that_are_no_dict_with_an_offset_mean_offset_0(options):
+    assert ProbeEnv().reset(seed=3, options=options)[1]["offset"] == 0
+
+
+def test_np_random_seed_is_the_last_seed_given_and_minus_1_before_any():
+    env = gym.make(PROBE_ENV_ID)
+    assert env.get_wrapper_attr("np_random_seed") == -1  # not a random seed drawn when asked
+    env.reset()
+    assert env.get_wrapper_attr("np_random_seed") == -1
+    env.reset(seed=17)
+    env.reset()  # a reset without a seed keeps it
+    assert env.get_wrapper_attr("np_random_seed") == 17
+
+
+@pytest.mark.parametrize(
+    ("direction", "level_change"),
+    [
+        (np.int64(-1), -1),
+        (True, 1),
+        (np.float64(0.7), 0),
+        (-1.5, -1),
+        (np.array([1.0], dtype=np.float32), 1),
+        (np.uint8(1), 1),
+    ],
+)
+def test_a_direction_is_converted_as_int_converts_a_number(direction, level_change):
+    env = ProbeEnv()
+    env.reset(seed=0)
+    level = env._level
+    env.step((direction, np.zeros(2, dtype=np.float32), np.zeros(2, dtype=np.int8)))
+    assert env._level == level + level_change
+
+
+@pytest.mark.parametrize(
+    ("direction", "error"),
+    [
+        (math.nan, ValueError),
+        (math.inf, ValueError),
+        (1e19, ValueError),
+        (2**63, ValueError),
+        (np.uint64(2**63), ValueError),
+        ("1", TypeError),
+        (b"1", TypeError),
+        (None, TypeError),
+        ([1, 0], TypeError),
+        (np.array([1, 0]), TypeError),
+    ],
+)
+def test_a_direction_that_is_no_64_bit_number_raises_before_the_step_changes_anything(direction, error):
+    env = ProbeEnv()
+    env.reset(seed=0)
+    before = (env._t, env._level, env._zeta.tolist())
+    with pytest.raises(error):
+        env.step((direction, np.ones(2, dtype=np.float32), np.ones(2, dtype=np.int8)))
+    assert (env._t, env._level, env._zeta.tolist()) == before
 
 
 def test_steps_follow_the_documented_dynamics_and_end_on_the_documented_steps():

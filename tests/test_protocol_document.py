@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import re
 import struct
@@ -398,3 +399,61 @@ def test_client_written_from_the_document_is_welcomed_and_answers_a_reset():
         if client is not None:
             client.join(15)
     assert client.said_bye
+
+
+# -- the client's choices (§11.1) -------------------------------------------------------------------
+
+CPP_CLIENT = Path(__file__).resolve().parent.parent / "clients" / "cpp"
+
+
+def _numbers(cell: str) -> tuple[float, ...]:
+    """The numbers of a table cell (``"0.5–2 s"`` -> ``(0.5, 2.0)``, ``"120 s"`` -> ``(120.0,)``)."""
+    return tuple(float(number) for number in re.findall(r"\d+(?:\.\d+)?", cell))
+
+
+def _cpp(name: str) -> tuple[float, ...]:
+    """The numbers of a C++ client constant (``constexpr ... kName = 2.0;``) or option (``double name = 1.0;``)."""
+    sources = (CPP_CLIENT / "src" / "client.cpp").read_text() + (
+        CPP_CLIENT / "include" / "gym_remote" / "client.hpp"
+    ).read_text()
+    value = re.search(rf"(?:constexpr \w+ {name}(?:\[\d+\])?|double {name}) = ([^;]+);", sources).group(1)
+    return _numbers(value)
+
+
+def test_the_table_of_a_clients_choices_is_what_the_python_and_cpp_clients_do():
+    from gym_remote import client
+    from gym_remote.links.zeromq import HANDSHAKE_FAILURES
+
+    defaults = inspect.signature(client.EnvClient).parameters
+    both = {  # each row: (the Python client's value, the C++ client's)
+        "first repeat of an unanswered HELLO": ((client.HELLO_REPEAT_SECONDS,), _cpp("kHelloRepeatSeconds")),
+        "longest time between repeats (each doubles)": (
+            (client.MAX_HELLO_REPEAT_SECONDS,),
+            _cpp("kMaxHelloRepeatSeconds"),
+        ),
+        "connect timeout (no answer to HELLO)": ((defaults["connect_timeout"].default,), _cpp("connect_timeout")),
+        "slot timeout (waiting in line)": ((defaults["slot_timeout"].default,), _cpp("slot_timeout")),
+        "reconnect timeout (rejoining a lost server)": (
+            (defaults["reconnect_timeout"].default,),
+            _cpp("reconnect_timeout"),
+        ),
+        "`HANDSHAKE_FAILED_NO_DETAIL` in a row before stopping": ((HANDSHAKE_FAILURES,), _cpp("kHandshakeFailures")),
+        "wait after a ZAP 500": (client.NOT_NOW_WAIT_SECONDS, _cpp("kNotNowWaitSeconds")),
+        "`ZMQ_LINGER` of a socket closed to start a new session": (
+            (client.NEW_SESSION_LINGER_MS,),
+            _cpp("kNewSessionLingerMs"),
+        ),
+        "`ZMQ_LINGER` of the last socket, closed when the client stops": (
+            (client.LAST_LINGER_MS,),
+            _cpp("kCloseLingerMs"),
+        ),
+    }
+    rows = table_after(section(DOCUMENT.read_text(), "### 11.1"), "| what |")
+    stated = {row["what"]: _numbers(row["gym_remote"]) for row in rows}
+    assert set(stated) == set(both), "the table's rows are not the choices this test knows"
+    for what, (python, cpp) in both.items():
+        assert stated[what] == tuple(map(float, python)) == cpp, (
+            f"{what}: document {stated[what]}, Python {python}, C++ {cpp}"
+        )
+    reconnect = next(row for row in rows if row["what"].startswith("reconnect timeout"))
+    assert _numbers(reconnect["bounds"]) == (60.0,) and stated[reconnect["what"]][0] >= 60

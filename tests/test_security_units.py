@@ -143,6 +143,31 @@ def test_read_secret_file_strips_whitespace_and_keeps_quiet_when_private(tmp_pat
     assert not caplog.records
 
 
+@pytest.mark.parametrize(
+    ("content", "secret"),
+    [
+        (b"\xef\xbb\xbf" + LONG_SECRET.encode() + b"\r\n", LONG_SECRET),  # a Windows editor's file
+        (b" \t\v\f" + LONG_SECRET.encode() + b"\n\n", LONG_SECRET),
+        (LONG_SECRET.encode() + "\u00a0".encode(), LONG_SECRET + "\u00a0"),  # only ASCII whitespace is stripped
+        (b"a\r\nb" + LONG_SECRET.encode(), "a\r\nb" + LONG_SECRET),  # no newline translation inside
+        (b"\xef\xbb\xbf\xef\xbb\xbf" + LONG_SECRET.encode(), "\ufeff" + LONG_SECRET),  # one mark only
+    ],
+)
+def test_read_secret_file_drops_one_byte_order_mark_and_the_ascii_whitespace_around(tmp_path, content, secret):
+    path = tmp_path / "secret"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    assert read_secret_file(path) == secret
+
+
+def test_read_secret_file_refuses_a_file_that_is_not_utf8(tmp_path):
+    path = tmp_path / "secret"
+    path.write_bytes(b"\xff" + LONG_SECRET.encode())
+    path.chmod(0o600)
+    with pytest.raises(ValueError, match="not UTF-8"):
+        read_secret_file(path)
+
+
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
 def test_read_secret_file_warns_when_others_can_read_it(tmp_path, caplog, mode):
     path = tmp_path / "secret"

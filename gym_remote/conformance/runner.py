@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from gym_remote.conformance import lifecycle, security, values, wire
+from gym_remote.conformance import lifecycle, readings, security, values, wire
 from gym_remote.conformance.check import Check, Context, Credentials  # Credentials: still importable from here
 from gym_remote.conformance.report import CheckFailed, CheckResult, Report
 
@@ -29,7 +29,7 @@ DEFAULT_LIVENESS_TIMEOUT = 2.0
 
 def all_checks() -> list[Check]:
     """Every check, in the order they run: wire, values, lifecycle, security."""
-    return [*wire.CHECKS, *values.CHECKS, *lifecycle.CHECKS, *security.CHECKS]
+    return [*wire.CHECKS, *readings.CHECKS, *values.CHECKS, *lifecycle.CHECKS, *security.CHECKS]
 
 
 def run(

@@ -3,16 +3,21 @@ wrong secret, or no keys at all against a CURVE server make the client exit with
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 from gym_remote.conformance.check import Check, Context
 from gym_remote.conformance.report import CheckFailed
 from gym_remote.conformance.values import probe_vector, remote, served_vector
+from gym_remote.errors import RemoteTimeoutError
+from gym_remote.vector_env import RemoteVectorEnv
 
 __all__ = ["CHECKS"]
 
 REFUSAL_SECONDS = 30.0
+JOIN_POLL_SECONDS = 0.5
 
 
 Arguments = Callable[[Context], list[str]]
@@ -29,13 +34,32 @@ def joins(security: Arguments, server_kwargs: ServerOptions, what: str, key_name
         with served_vector(
             context, clients=1, envs_per_client=2, client_security=security(context), **server_kwargs(context)
         ) as envs:
-            remote(f"reset with {what}", envs.reset, seed=1)
+            _reset_once_joined(envs, context, what)
             remote(f"step with {what}", envs.step, envs.action_space.sample())
             names = {row["key"] for row in envs.stats() if row["served"]}
             if key_name is not None and names != {key_name}:
                 raise CheckFailed(f"the client authenticated with the keys {sorted(names)}, not with {key_name}")
 
     return check
+
+
+def _reset_once_joined(envs: RemoteVectorEnv, context: Context, what: str) -> None:
+    """``envs.reset(seed=1)`` once the check's client has joined; a client that exits first fails the check at
+    once, with its exit status, rather than after the server's wait for clients."""
+    client = context.processes[-1]
+    deadline = time.monotonic() + REFUSAL_SECONDS
+    while True:
+        envs.reset_async(seed=1)
+        try:
+            envs.reset_wait(timeout=JOIN_POLL_SECONDS)
+            return
+        except RemoteTimeoutError:
+            if not client.running():
+                raise CheckFailed(
+                    f"{what}: the client exited with status {client.wait(0)} instead of joining (PROTOCOL.md §12)"
+                ) from None
+            if time.monotonic() > deadline:
+                raise CheckFailed(f"{what}: the client did not join within {REFUSAL_SECONDS:g} s") from None
 
 
 def refused(security: Arguments, server_kwargs: ServerOptions, what: str):
@@ -82,6 +106,17 @@ def _secret_file(field: str) -> Arguments:
     return lambda context: ["--secret-file", str(getattr(context.credentials, field))]
 
 
+def _padded_secret_file(context: Context) -> list[str]:
+    """The shared secret in a file as a Windows editor may save it: a byte-order mark, blanks and ``\\r\\n`` around
+    it, which a client drops (PROTOCOL.md §12.2) to derive the server's keys."""
+    path = context.credentials.secret_file.with_name("padded-secret")
+    if not path.exists():
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(b"\xef\xbb\xbf \t" + context.credentials.secret.encode() + b" \r\n")
+    return ["--secret-file", str(path)]
+
+
 def _secret_server(context: Context) -> dict:
     return {"secret": context.credentials.secret}
 
@@ -95,7 +130,9 @@ CHECKS = [
     Check(
         "security",
         "a shared secret: the client joins and steps",
-        joins(_secret_file("secret_file"), _secret_server, "a shared secret"),
+        joins(
+            _padded_secret_file, _secret_server, "a shared secret in a file with a byte-order mark and blanks (§12.2)"
+        ),
     ),
     Check(
         "security",

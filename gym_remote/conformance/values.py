@@ -4,6 +4,7 @@ probes give in a SyncVectorEnv (lock-step batches) or stepped one by one (partia
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -186,9 +187,13 @@ def calls_and_attributes(context: Context) -> None:
     reference = reference_vector(AutoresetMode.NEXT_STEP)
     try:
         with served_vector(context, AutoresetMode.NEXT_STEP) as envs:
+            found = differences(  # -1 before any seeded reset (CONFORMANCE.md §1.6, PROTOCOL.md §11)
+                remote("get_attr('np_random_seed') before any reset", envs.get_attr, "np_random_seed"),
+                reference.get_attr("np_random_seed"),
+                "get_attr('np_random_seed') before any seeded reset",
+            )
             remote("reset(seed=40)", envs.reset, seed=40)
             reference.reset(seed=40)
-            found = []
             found += differences(
                 remote("call('render')", envs.call, "render"), reference.call("render"), "call('render')"
             )
@@ -210,6 +215,13 @@ def calls_and_attributes(context: Context) -> None:
                 reference.get_attr("metadata"),
                 "get_attr('metadata')",
             )
+            remote("reset() without seeds", envs.reset)
+            reference.reset()
+            found += differences(  # a reset without a seed keeps the last one
+                remote("get_attr('np_random_seed') after reset()", envs.get_attr, "np_random_seed"),
+                reference.get_attr("np_random_seed"),
+                "get_attr('np_random_seed') after reset(seed=40), then reset() without seeds",
+            )
             if found:
                 lines = "\n".join(f"  {line}" for line in found)
                 raise CheckFailed(f"the client's answers to calls differ from the Python probe's:\n{lines}")
@@ -230,6 +242,61 @@ def calls_and_attributes(context: Context) -> None:
         reference.close()
 
 
+def failing_env_stops_a_lock_step(context: Context) -> None:
+    """PROTOCOL.md §5.6: without FLAG_EACH a client stops at the env that raises; the envs before it keep what
+    their step gave them, their autoreset flags included, and the envs after it are not stepped."""
+    mode = AutoresetMode.NEXT_STEP
+    twins = Twins(ENVS_PER_CLIENT, mode)  # each env's own probe: SyncVectorEnv would keep every flag instead
+    seeds = [0, 1, 2]  # env 0: base 0, so its episode terminates at its second step (term_step = 2 + 0 % 5)
+
+    def actions(directions: Sequence[float], dtype: Any = np.int64) -> tuple:
+        count = len(directions)
+        return (np.array(directions, dtype=dtype), np.zeros((count, 2), np.float32), np.zeros((count, 2), np.int8))
+
+    def compare_each(what: str, results: Sequence[Any], expected: Sequence[Any]) -> None:
+        got = unbatch(probe_spaces()[0], results, ENVS_PER_CLIENT)
+        for slot, (result, reference) in enumerate(zip(got, expected)):
+            result = (*result[:4], _ordered_as(result[4], reference[4]))
+            compare(f"{what}, slot {slot}", result, reference)
+
+    try:
+        with served_vector(context, mode, clients=1, envs_per_client=ENVS_PER_CLIENT) as envs:
+            remote(f"reset(seed={seeds})", envs.reset, seed=seeds)
+            for slot, seed in enumerate(seeds):
+                twins.reset(slot, seed)
+            step = actions([0, 0, 0])
+            results = remote("the first step", envs.step, step)
+            compare_each("the first step", results, [twins.step(slot, row) for slot, row in enumerate(zip(*step))])
+            failing = actions([0.0, math.nan, 0.0], np.float64)  # env 1 cannot take a NaN direction (§1.4)
+            try:
+                envs.step(failing)
+            except ValueError as error:
+                if getattr(error, "slot", None) != 1:
+                    raise CheckFailed(
+                        f"the second step raised for slot {getattr(error, 'slot', None)}, not for slot 1, whose "
+                        f"direction was NaN: {error}"
+                    ) from error
+            except GymRemoteError as error:
+                raise CheckFailed(
+                    f"the second step raised {type(error).__name__}, not ValueError: a probe given a NaN direction "
+                    f"raises ValueError, which the client's ERROR must name (type 'ValueError', module 'builtins', "
+                    f"CONFORMANCE.md §1.4, PROTOCOL.md §8): {error}"
+                ) from error
+            else:
+                raise CheckFailed("the second step returned, but the probe of slot 1 was given a NaN direction")
+            twins.step(0, next(zip(*failing)))  # env 0 ends its episode; env 1 raised; env 2 was never stepped
+            step = actions([1, 1, 1])
+            results = remote("the step after the failed one", envs.step, step)
+            compare_each(
+                "the step after a step in which env 1 raised (env 0 must reset, as its episode ended in the failed "
+                "step; env 1 and env 2 step from where they were, PROTOCOL.md §5.6)",
+                results,
+                [twins.step(slot, row) for slot, row in enumerate(zip(*step))],
+            )
+    finally:
+        twins.close()
+
+
 CHECKS = [
     Check("values", "lock-step batches match SyncVectorEnv, NextStep", lock_step(AutoresetMode.NEXT_STEP, False)),
     Check("values", "lock-step batches match SyncVectorEnv, SameStep", lock_step(AutoresetMode.SAME_STEP, False)),
@@ -241,4 +308,9 @@ CHECKS = [
     Check("values", "partial batches match each slot's own probe, NextStep", partial(AutoresetMode.NEXT_STEP)),
     Check("values", "partial batches match each slot's own probe, SameStep", partial(AutoresetMode.SAME_STEP)),
     Check("values", "calls and attributes match SyncVectorEnv", calls_and_attributes),
+    Check(
+        "values",
+        "an env that raises stops a lock-step step; the others keep their own autoreset state",
+        failing_env_stops_a_lock_step,
+    ),
 ]

@@ -34,6 +34,8 @@ constexpr double kHelloRepeatSeconds = 2.0;
 constexpr double kMaxHelloRepeatSeconds = 32.0;
 constexpr int kHandshakeFailures = 3;   // security handshakes cut off in a row before giving up
 constexpr int kCloseLingerMs = 1000;    // how long a last BYE may still take to leave
+constexpr int kNewSessionLingerMs = 0;  // nothing a closed session queued may reach the next server
+constexpr double kNotNowWaitSeconds[2] = {0.5, 2.0};  // the random wait after a ZAP 500 (PROTOCOL.md §12.4)
 constexpr std::uint64_t kUnlimitedFrameBytes = std::uint64_t{1} << 62;  // a WELCOME without max_message_bytes
 
 // ClientOptions::data_plane: as given, else on unless GYM_REMOTE_DATA_PLANE says off (as the Python client).
@@ -317,7 +319,7 @@ Status Client::Impl::Run() {
 // -- connection -------------------------------------------------------------------------------------
 
 Status Client::Impl::OpenSocket() {
-  connection->Close(0);
+  connection->Close(kNewSessionLingerMs);
   previous_session = welcomed_session;  // a membership the server may still hold
   ConnectionOptions open;
   open.endpoint = options.endpoint;
@@ -388,7 +390,8 @@ Status Client::Impl::ConnectionDropped(bool* dropped) {
                                    "): key not authorized; is its public key among the server's authorized keys?");
         }
         denied_for_now = true;  // too many connections, or too many handshakes: try again later
-        const double delay = 0.5 + 1.5 * (randombytes_uniform(1000001) / 1000000.0);
+        const double delay = kNotNowWaitSeconds[0] + (kNotNowWaitSeconds[1] - kNotNowWaitSeconds[0]) *
+                                                     (randombytes_uniform(1000001) / 1000000.0);
         char text[16];
         std::snprintf(text, sizeof(text), "%.1f", delay);
         Log(LogLevel::kWarning, Prefix() + "the server at " + options.endpoint +
@@ -794,7 +797,8 @@ Status Client::Impl::Handle(Message* message, Outcome* outcome) {
       const Value* query = command.Find("query");
       if (status.ok() && !command.is_dict()) status = Protocol("CALL must carry a dict");
       if (status.ok() && (name == nullptr || name->kind() != Value::Kind::kString)) {
-        status = Status::EnvError("TypeError", "attribute name must be string");
+        status = Protocol(KindName(header.kind) + "'s name must be a string, not " +
+                          (name != nullptr ? name->TypeName() : std::string("missing")));
       }
       std::string query_name;
       if (status.ok() && query != nullptr && !query->is_none()) {
@@ -834,7 +838,8 @@ Status Client::Impl::Handle(Message* message, Outcome* outcome) {
         status = Protocol("SET_ATTR must carry a list of " + std::to_string(indexes.size()) + " values");
       }
       if (status.ok() && (name == nullptr || name->kind() != Value::Kind::kString)) {
-        status = Status::EnvError("TypeError", "attribute name must be string");
+        status = Protocol(KindName(header.kind) + "'s name must be a string, not " +
+                          (name != nullptr ? name->TypeName() : std::string("missing")));
       }
       if (!status.ok()) return SendError(seq, CommandError{kNoEnv, status}, false);
       if (!hosted->SetAttr(indexes, name->text(), values->items(), &error)) return SendError(seq, error, false);

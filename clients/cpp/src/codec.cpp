@@ -2,8 +2,11 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
+#include <unordered_set>
 #include <utility>
 
 #include "json_read.hpp"
@@ -263,6 +266,112 @@ std::string Preview(const RawJson& raw) {
   return text.size() <= 60 ? text : text.substr(0, 57) + "...";
 }
 
+// A number as Python compares it: NaN, an exact integer (lowercase hex, '-' first if negative, "0" for
+// zero), or a double that is not a whole number.
+struct PythonNumber {
+  bool nan = false;
+  bool integral = false;
+  std::string hex;
+  double fraction = 0.0;
+};
+
+std::string UnsignedHex(std::uint64_t magnitude) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof(buffer), "%llx", static_cast<unsigned long long>(magnitude));
+  return buffer;
+}
+
+std::string SignedHex(bool negative, std::string magnitude) {
+  return negative && magnitude != "0" ? "-" + magnitude : magnitude;
+}
+
+PythonNumber FromDouble(double number) {
+  PythonNumber out;
+  if (std::isnan(number)) {
+    out.nan = true;
+  } else if (std::isinf(number) || std::trunc(number) != number) {
+    out.fraction = number;  // (an infinity equals only the same infinity)
+  } else {
+    out.integral = true;
+    int exponent = 0;
+    const double mantissa = std::frexp(std::fabs(number), &exponent);  // |number| = mantissa * 2^exponent
+    if (exponent <= 64) {
+      out.hex = SignedHex(number < 0, UnsignedHex(static_cast<std::uint64_t>(std::fabs(number))));
+    } else {  // 53 significant bits, then zeros: their hex digits, then a '0' per 4 bits of the rest
+      const int shift = exponent - 53;
+      const auto bits = static_cast<std::uint64_t>(std::ldexp(mantissa, 53)) << (shift % 4);
+      out.hex = SignedHex(number < 0, UnsignedHex(bits) + std::string(static_cast<std::size_t>(shift / 4), '0'));
+    }
+  }
+  return out;
+}
+
+// `value` as a number if it is one (bool, int, float, a numpy scalar), for comparing dict keys.
+std::optional<PythonNumber> AsPythonNumber(const Value& value) {
+  PythonNumber out;
+  switch (value.kind()) {
+    case Value::Kind::kBool:
+      out.integral = true;
+      out.hex = value.as_bool() ? "1" : "0";
+      return out;
+    case Value::Kind::kInt: {
+      const std::int64_t number = value.as_int();
+      const std::uint64_t magnitude =
+          number < 0 ? ~static_cast<std::uint64_t>(number) + 1 : static_cast<std::uint64_t>(number);
+      out.integral = true;
+      out.hex = SignedHex(number < 0, UnsignedHex(magnitude));
+      return out;
+    }
+    case Value::Kind::kBigInt: {
+      const std::string& text = value.text();
+      const bool negative = !text.empty() && text[0] == '-';
+      const std::size_t first = text.find_first_not_of('0', negative ? 1 : 0);
+      out.integral = true;
+      out.hex = SignedHex(negative, first == std::string::npos ? "0" : text.substr(first));
+      return out;
+    }
+    case Value::Kind::kFloat: return FromDouble(value.as_float());
+    case Value::Kind::kScalar:
+      if (IsFloat(value.dtype())) return FromDouble(value.ElementAsDouble(0));
+      if (value.dtype() == DType::kUInt64) {
+        out.integral = true;
+        out.hex = UnsignedHex(static_cast<std::uint64_t>(value.ElementAsInt64(0)));
+        return out;
+      }
+      return AsPythonNumber(Value::Int(value.ElementAsInt64(0)));
+    default: return std::nullopt;
+  }
+}
+
+// A text that two dict keys share exactly when they are one key under Python's == (PROTOCOL.md §3.1): 1, 1.0,
+// True and np.int64(1) are; tuples (and GraphInstances, named tuples) are equal item by item; a str never
+// equals a bytes. Nothing for a key that equals no other key: NaN, or a tuple holding one.
+std::optional<std::string> KeyText(const Value& key) {
+  if (const std::optional<PythonNumber> number = AsPythonNumber(key)) {
+    if (number->nan) return std::nullopt;
+    if (number->integral) return "i" + number->hex;
+    char text[40];
+    std::snprintf(text, sizeof(text), "f%a", number->fraction);
+    return std::string(text);
+  }
+  switch (key.kind()) {
+    case Value::Kind::kNull: return std::string("n");
+    case Value::Kind::kString: return "s" + std::to_string(key.text().size()) + ":" + key.text();
+    case Value::Kind::kBytes: return "b" + std::to_string(key.text().size()) + ":" + key.text();
+    case Value::Kind::kTuple:
+    case Value::Kind::kGraph: {
+      std::string text = "t" + std::to_string(key.items().size()) + "(";
+      for (const Value& item : key.items()) {
+        const std::optional<std::string> part = KeyText(item);
+        if (!part) return std::nullopt;
+        text += std::to_string(part->size()) + ":" + *part;
+      }
+      return text + ")";
+    }
+    default: return std::nullopt;  // (not hashable: refused before)
+  }
+}
+
 class Decoder {
  public:
   explicit Decoder(const std::vector<std::string_view>& buffers) : buffers_(buffers), used_(buffers.size(), false) {}
@@ -415,10 +524,15 @@ class Decoder {
   Status DecodeDict(const RawJson& raw, int depth, Value* out) {
     if (raw.items.size() % 2 != 1) return Malformed("a 'd' array needs key/value pairs");
     Value::Pairs pairs;
+    std::unordered_set<std::string> seen;
     for (std::size_t i = 1; i < raw.items.size(); i += 2) {
       Value key, item;
       GYM_REMOTE_RETURN_IF_ERROR(Decode(raw.items[i], depth, &key));
       if (!key.Hashable()) return Malformed("dict key of type " + key.TypeName() + " is not hashable");
+      const std::optional<std::string> text = KeyText(key);
+      if (text && !seen.insert(*text).second) {  // one Python dict cannot hold two equal keys: which value is meant?
+        return Malformed("a 'd' array repeats the dict key " + key.Repr());
+      }
       GYM_REMOTE_RETURN_IF_ERROR(Decode(raw.items[i + 1], depth, &item));
       pairs.emplace_back(std::move(key), std::move(item));
     }

@@ -124,7 +124,10 @@ Status ReadSecretFile(const std::string& path, std::string* secret) {
   if (!file) return Invalid("cannot read the secret file '" + path + "'");
   std::ostringstream text;
   text << file.rdbuf();
-  *secret = Strip(text.str(), " \t\r\n\v\f");
+  // PROTOCOL.md §12.2: one leading byte-order mark, then the ASCII whitespace at both ends, and nothing else.
+  std::string content = text.str();
+  if (content.rfind("\xEF\xBB\xBF", 0) == 0) content.erase(0, 3);
+  *secret = Strip(content, " \t\r\n\v\f");
   if (secret->empty()) return Invalid("the secret file " + path + " is empty");
   if (!ValidUtf8(*secret)) return Invalid("the secret file " + path + " is not UTF-8 text");
   WarnIfReadableByOthers(path, "secret file");

@@ -38,6 +38,7 @@ Status Connection::Open(const ConnectionOptions& options) {
     socket->set(zmq::sockopt::routing_id, options.routing_id);
     socket->set(zmq::sockopt::sndtimeo, liveness_ms);
     socket->set(zmq::sockopt::sndhwm, kSendHighWaterMark);
+    socket->set(zmq::sockopt::rcvhwm, 0);  // libzmq keeps reading whatever the envs do (PROTOCOL.md §8.1)
     socket->set(zmq::sockopt::reconnect_ivl_max, kReconnectIntervalMaxMs);
     // ZMTP heartbeats (PROTOCOL.md §8.1): IVL = min(1 s, L/4), TIMEOUT = TTL = L.
     socket->set(zmq::sockopt::heartbeat_ivl, std::min(kHeartbeatIntervalMs, std::max(1, liveness_ms / 4)));

@@ -396,21 +396,38 @@ std::int64_t Value::ElementAsInt64(std::size_t index) const {
   return 0;
 }
 
+namespace {
+
+// Python's int() of a float, within the signed 64-bit range (CONFORMANCE.md §1.4).
+Status FloatToInt64(double number, std::int64_t* out) {
+  if (!std::isfinite(number)) return ValueError("cannot convert float " + FloatRepr(number) + " to an integer");
+  if (!(number >= -9223372036854775808.0 && number < 9223372036854775808.0)) {
+    return ValueError("the float " + FloatRepr(number) + " is outside the signed 64-bit range");
+  }
+  *out = static_cast<std::int64_t>(number);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Value::ToInt64(std::int64_t* out) const {
   switch (kind_) {
     case Kind::kBool: *out = bool_ ? 1 : 0; return Status::Ok();
     case Kind::kInt: *out = int_; return Status::Ok();
-    case Kind::kFloat:
-      if (!std::isfinite(float_)) return ValueError("cannot convert float " + FloatRepr(float_) + " to integer");
-      *out = TruncateToInt64(float_);
-      return Status::Ok();
-    case Kind::kScalar: *out = ElementAsInt64(0); return Status::Ok();
+    case Kind::kBigInt: return ValueError("the int " + Repr() + " is outside the signed 64-bit range");
+    case Kind::kFloat: return FloatToInt64(float_, out);
+    case Kind::kScalar:
     case Kind::kArray:
-      if (element_count() == 1) {
-        *out = ElementAsInt64(0);
-        return Status::Ok();
+      if (kind_ == Kind::kArray && element_count() != 1) {
+        return TypeError("only arrays of one element can be converted to Python scalars");
       }
-      return TypeError("only arrays of one element can be converted to Python scalars");
+      if (dtype_ == DType::kFloat32 || dtype_ == DType::kFloat64) return FloatToInt64(ElementAsDouble(0), out);
+      if (dtype_ == DType::kUInt64 && Load<std::uint64_t>(text_, 0) > 9223372036854775807ull) {
+        return ValueError("the int " + std::to_string(Load<std::uint64_t>(text_, 0)) +
+                          " is outside the signed 64-bit range");
+      }
+      *out = ElementAsInt64(0);
+      return Status::Ok();
     default:
       return TypeError("int() argument must be a number, not '" + TypeName() + "'");
   }

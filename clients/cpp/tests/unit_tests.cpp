@@ -2,6 +2,9 @@
 // semantics and the probe env, without sockets. The expected bodies and buffers were produced by
 // gym_remote's Python implementation (gym_remote.codec.encode, gym_remote.probe.ProbeEnv,
 // gym_remote.security.keys_from_secret), so these tests pin the C++ client to it byte for byte.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -304,6 +307,27 @@ void TestSecretKeys() {
   CHECK(!KeysFromSecret("", &server, &clients).ok());
 }
 
+// PROTOCOL.md §12.2: one leading byte-order mark and the ASCII whitespace at both ends are dropped, nothing else.
+void TestSecretFiles() {
+  const std::string path = "/tmp/gym_remote_unit_test_secret_" + std::to_string(getpid());
+  auto read = [&path](const std::string& content, std::string* secret) {
+    std::FILE* file = std::fopen(path.c_str(), "wb");
+    std::fwrite(content.data(), 1, content.size(), file);
+    std::fclose(file);
+    chmod(path.c_str(), 0600);
+    return ReadSecretFile(path, secret);
+  };
+  std::string secret;
+  CHECK(read("\xEF\xBB\xBF  the secret\r\n", &secret).ok());
+  CHECK_EQ(secret, std::string("the secret"));
+  CHECK(read("the secret\xC2\xA0\n", &secret).ok());  // U+00A0 is no ASCII whitespace: kept
+  CHECK_EQ(secret, std::string("the secret\xC2\xA0"));
+  CHECK(read("\xEF\xBB\xBF\xEF\xBB\xBFthe secret", &secret).ok());  // one mark only
+  CHECK_EQ(secret, std::string("\xEF\xBB\xBFthe secret"));
+  CHECK(!read("\xEF\xBB\xBF \n", &secret).ok());
+  std::remove(path.c_str());
+}
+
 struct ProbeStep {
   std::string obs_body;
   std::vector<std::string> obs_buffers;
@@ -450,6 +474,7 @@ int main() {
   TestProtocolFrames();
   TestSpaces();
   TestSecretKeys();
+  TestSecretFiles();
   TestProbe();
   TestHostedEnvs();
   return check::CheckSummary();

@@ -108,7 +108,8 @@ class Value {
   double ElementAsDouble(std::size_t index) const;
   std::int64_t ElementAsInt64(std::size_t index) const;  // floats truncate toward zero (saturating)
   // One number, as Python's int() / float() take it: bool, int, float, a numpy scalar, or an array of
-  // exactly one element. Int64 truncates floats toward zero (Python's int()).
+  // exactly one element. Int64 truncates floats toward zero (Python's int()) and refuses (ValueError) a
+  // NaN, an infinity or a number outside the signed 64-bit range.
   Status ToInt64(std::int64_t* out) const;
   Status ToDouble(double* out) const;
   // All numbers of an array, a numpy scalar, a number, or (nested) lists and tuples of them, in C
