@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 from gym_remote.codec import space_to_value
 from gym_remote.conformance.wire import action_rows, probe_actions
@@ -178,6 +179,93 @@ def assert_same_answers(build: Path, script: list[dict[str, Any]]) -> list[dict[
     return expected
 
 
+# -- the space classes ----------------------------------------------------------------------------------------------
+
+SPACE_CATALOG = [  # the spaces of Harness.cs's Catalog, in its order
+    spaces.Box(-1.5, 2.5, shape=(2, 3), dtype=np.float64),
+    spaces.Box(np.array([0, -5]), np.array([10, 5]), dtype=np.int32),
+    spaces.Box(0, 255, shape=(2, 2), dtype=np.uint8),
+    spaces.Discrete(5, start=2, dtype=np.int32),
+    spaces.MultiDiscrete(np.array([[2, 3], [4, 5]]), start=np.array([[0, 1], [-1, 0]])),
+    spaces.MultiBinary([2, 3]),
+    spaces.MultiBinary(4),
+    spaces.Text(5, min_length=2, charset="abc"),
+    spaces.Graph(spaces.Box(0, 1, shape=(3,), dtype=np.float32), spaces.Discrete(4)),
+    spaces.Graph(spaces.Discrete(2), None),
+    spaces.Sequence(spaces.Discrete(3), stack=True),
+    spaces.OneOf((spaces.Discrete(2), spaces.Box(-1, 1, shape=(2,), dtype=np.float32))),
+    spaces.Tuple((spaces.Discrete(2), spaces.Dict([("b", spaces.MultiBinary(2)), ("a", spaces.Text(3))]))),
+]
+
+MEMBERS = [  # (space, value): members, and values that miss by shape, bounds, dtype or type
+    (0, np.zeros((2, 3))),
+    (0, np.zeros((2, 3), dtype=np.float32)),
+    (0, np.full((2, 3), 3.0)),
+    (0, np.zeros((3, 2))),
+    (0, np.zeros((2, 3), dtype=np.int64)),
+    (1, np.array([5, 0], dtype=np.int32)),
+    (1, np.array([11, 0], dtype=np.int32)),
+    (1, np.array([5, 0], dtype=np.int64)),
+    (1, np.array([5, 0], dtype=np.int16)),
+    (1, np.array([5.0, 0.0])),
+    (2, np.array([[0, 255], [7, 9]], dtype=np.uint8)),
+    (2, np.array([[0, 127], [7, 9]], dtype=np.int8)),
+    (3, 2),
+    (3, 6),
+    (3, 7),
+    (3, 1),
+    (3, np.int64(4)),
+    (3, np.array(3, dtype=np.uint8)),
+    (3, 3.0),
+    (3, np.bool_(True)),
+    (3, "3"),
+    (4, np.array([[1, 3], [2, 4]])),
+    (4, np.array([[2, 3], [0, 0]])),
+    (4, np.array([[1, 3], [2, 4]], dtype=np.float64)),
+    (4, np.array([[True, True], [False, True]])),
+    (5, np.array([[0, 1, 1], [1, 0, 0]], dtype=np.int8)),
+    (5, np.array([[0, 1, 2], [1, 0, 0]], dtype=np.int8)),
+    (5, np.array([[0, 1.0, 1], [1, 0, 0]])),
+    (6, np.array([1, 0, 1, 1], dtype=np.int8)),
+    (6, np.array([1, 0, 1], dtype=np.int8)),
+    (7, "abca"),
+    (7, "a"),
+    (7, "abcabc"),
+    (7, "abd"),
+    (7, 5),
+    (11, (1, np.array([0.5, -0.5], dtype=np.float32))),
+    (11, (0, np.array([0.5, -0.5], dtype=np.float32))),
+    (11, (2, 0)),
+    (12, (1, {"b": np.array([1, 0], dtype=np.int8), "a": "xyz"})),
+    (12, (1, {"b": np.array([1, 0], dtype=np.int8)})),
+    (12, [1, {"b": np.array([1, 0], dtype=np.int8), "a": "xyz"}]),
+]
+
+
+def without_rng(description: Any) -> Any:
+    """A space description without the random generators' states (Gymnasium seeds some sub-spaces of a Graph; the
+    C# spaces do not sample, so they have none)."""
+    if isinstance(description, dict):
+        return {key: without_rng(value) for key, value in description.items() if key != "rng"}
+    if isinstance(description, list):
+        return [without_rng(item) for item in description]
+    return description
+
+
+def test_spaces_describe_and_contain_as_gymnasium(csharp_build):
+    """Each space class of the library describes itself as gym_remote's codec describes the same Gymnasium space
+    (PROTOCOL.md 7.2), and answers ``contains`` as Gymnasium does for arrays, scalars, ints, strs and tuples."""
+    script = [{"op": "make", "env": "Probe"}, {"op": "catalog"}]
+    script += [{"op": "contains", "space": index, "value": exact(value)} for index, value in MEMBERS]
+    expected = [{"value": exact([without_rng(space_to_value(space)) for space in SPACE_CATALOG])}]
+    expected += [{"value": bool(SPACE_CATALOG[index].contains(value))} for index, value in MEMBERS]
+    got = harness_answers(csharp_build, script)[1:]
+    for number, (command, want, have) in enumerate(zip(script[1:], expected, got)):
+        found = difference({"ok": True, **want}, have)
+        assert found is None, f"command {number + 1} {json.dumps(command)[:300]}: {found}"
+    assert {True, False} == {answer["value"] for answer in got[1:]}
+
+
 # -- the probe env --------------------------------------------------------------------------------------------------
 
 
@@ -242,6 +330,18 @@ def test_probe_spaces_and_errors_match(csharp_build):
     assert [answer["ok"] for answer in answers[2:15]] == [False] * 6 + [False, False, False, False, True, True, True]
 
 
+def test_probe_rounds_float64_pushes_to_float32(csharp_build):
+    """Pushes of float64 with all their bits are rounded to float32 before they are halved and added, as NumPy's
+    ``np.asarray(push, dtype=np.float32)``; 60 steps from zeta near 0, where a sum in float64 would differ."""
+    rng = np.random.default_rng(5)
+    script: list[dict[str, Any]] = [{"op": "make", "env": "Probe"}, {"op": "reset", "seed": 1000}]
+    for _ in range(60):
+        action = (int(rng.integers(-1, 2)), rng.uniform(-1, 1, 2) * 2.0 ** -int(rng.integers(0, 20)), [1, 0])
+        script.append({"op": "step", "action": exact(action)})
+    answers = assert_same_answers(csharp_build, script)
+    assert all(answer["ok"] for answer in answers)
+
+
 # -- CartPole -------------------------------------------------------------------------------------------------------
 
 
@@ -274,10 +374,10 @@ def cartpole_script(seeds: list[int], steps: int, rng: np.random.Generator) -> l
 
 
 def test_cartpole_matches_gymnasium_from_seeds(csharp_build):
-    """The same seeds (small, 2**32 + 7, 2**64 + 3) and random actions: every observation, reward, termination and
-    truncation of gym.make("CartPole-v1"), including unseeded resets that continue the generator, reset bounds
-    from options, and the time limit."""
-    seeds = [0, 1, 42, 2**32 + 7, 2**64 + 3]
+    """The same seeds (small, 2**32 + 7, 2**64 + 3, above 2**128) and random actions: every observation, reward,
+    termination and truncation of gym.make("CartPole-v1"), including unseeded resets that continue the generator,
+    reset bounds from options, and the time limit."""
+    seeds = [0, 1, 42, 2**32 + 7, 2**64 + 3, 2**160 + 2**140 + 99]  # the last fills more than SeedSequence's pool
     script = cartpole_script(seeds, 120, np.random.default_rng(2027))
     answers = assert_same_answers(csharp_build, script)
     assert all(answer["ok"] for answer in answers)
@@ -291,15 +391,16 @@ def test_cartpole_matches_gymnasium_from_states_set(csharp_build):
     rng = np.random.default_rng(31)
     scale = np.array([2.4, 3.0, 0.21, 3.5])
     states = [rng.uniform(-scale, scale) for _ in range(40)]
+    states += [rng.uniform(-scale, scale) * [1, 8, 1, 12] for _ in range(10)]  # fast: the pole's term rivals the force
     states += [np.array([2.39, 1.0, 0.2, 2.0]), np.array([-2.4, -0.5, -0.2094, -0.1]), np.array([0.0, 0.0, 0.0, 0.0])]
     script: list[dict[str, Any]] = [{"op": "make", "env": "CartPole"}]
     for number, state in enumerate(states):
         script.append({"op": "reset", "seed": number})
         script.append({"op": "set_attr", "name": "state", "value": exact(state.astype(np.float64))})
         script.append({"op": "get_attr", "name": "state"})
-        for _ in range(12):
+        for _ in range(12):  # the float64 state after each step too: a last-bit difference may vanish in float32
             script.append({"op": "step", "action": int(rng.integers(2))})
-        script.append({"op": "get_attr", "name": "state"})
+            script.append({"op": "get_attr", "name": "state"})
     answers = assert_same_answers(csharp_build, script)
     assert all(answer["ok"] for answer in answers)
     rewards = [from_exact(answer["reward"]) for answer in answers if "reward" in answer]

@@ -13,7 +13,8 @@ namespace GymRemote.Harness
     ///
     /// Commands: {"op": "make", "env": "Probe" | "CartPole", "render_mode": null}, {"op": "reset", "seed": int or
     /// null, "options": value (absent: no options)}, {"op": "step", "action": value}, {"op": "get_attr", "name"},
-    /// {"op": "set_attr", "name", "value"}, {"op": "render"}, {"op": "close"}. Each answer has "ok"; a failed
+    /// {"op": "set_attr", "name", "value"}, {"op": "render"}, {"op": "close"}; and for the space classes,
+    /// {"op": "catalog"} (the descriptions of a fixed list of spaces) and {"op": "contains", "space": index, "value"}. Each answer has "ok"; a failed
     /// command answers {"ok": false, "type", "module", "message"}.
     ///
     /// Values are written exactly: null, true/false, strings and ints in 64 bits as JSON; a float as ["f", the
@@ -101,6 +102,15 @@ namespace GymRemote.Harness
                 case "render":
                     answer.Add(Pair("value", env.Render()));
                     break;
+                case "catalog":
+                    var descriptions = new List<Value>();
+                    foreach (Space space in Catalog) descriptions.Add(space.Describe());
+                    answer.Add(Pair("value", Value.List(descriptions)));
+                    break;
+                case "contains":
+                    Space chosen = Catalog[int.Parse(((JsonNumber)Field(command, "space")).Text, CultureInfo.InvariantCulture)];
+                    answer.Add(Pair("value", chosen.Contains(ToValue(Field(command, "value")))));
+                    break;
                 case "close":
                     env.Close();
                     break;
@@ -108,6 +118,24 @@ namespace GymRemote.Harness
                     throw new ArgumentException("unknown op " + op);
             }
         }
+
+        // One space of each class, in the order of test_csharp.py's SPACE_CATALOG (the same spaces in Gymnasium).
+        static readonly Space[] Catalog =
+        {
+            new BoxSpace(-1.5, 2.5, new[] { 2, 3 }, DType.Float64),
+            new BoxSpace(new double[] { 0, -5 }, new double[] { 10, 5 }, DType.Int32),
+            new BoxSpace(0, 255, new[] { 2, 2 }, DType.UInt8),
+            new DiscreteSpace(5, 2, DType.Int32),
+            new MultiDiscreteSpace(new long[] { 2, 3, 4, 5 }, new long[] { 0, 1, -1, 0 }, null, new[] { 2, 2 }),
+            new MultiBinarySpace(new[] { 2, 3 }),
+            new MultiBinarySpace(4),
+            new TextSpace(5, 2, "abc"),
+            new GraphSpace(new BoxSpace(0, 1, new[] { 3 }, DType.Float32), new DiscreteSpace(4)),
+            new GraphSpace(new DiscreteSpace(2), null),
+            new SequenceSpace(new DiscreteSpace(3), true),
+            new OneOfSpace(new DiscreteSpace(2), new BoxSpace(-1, 1, new[] { 2 }, DType.Float32)),
+            new TupleSpace(new DiscreteSpace(2), new DictSpace(DictSpace.Entry("b", new MultiBinarySpace(2)), DictSpace.Entry("a", new TextSpace(3)))),
+        };
 
         static KeyValuePair<string, object> Pair(string key, object value)
         {

@@ -78,6 +78,25 @@ namespace GymRemote
             get { return Order != '|' && (Order == '>') == BitConverter.IsLittleEndian; }
         }
 
+        /// <summary>
+        /// NumPy's <c>np.can_cast(this, to)</c> (casting "safe") for bool, int, uint and float dtypes: every value of
+        /// this dtype has an equal value in <paramref name="to"/>. False for other kinds.
+        /// </summary>
+        public bool CanCastSafely(DType to)
+        {
+            if (to == null) throw new ArgumentNullException("to");
+            if ("biuf".IndexOf(Kind) < 0 || "biuf".IndexOf(to.Kind) < 0) return false;
+            if (Kind == 'b') return true;
+            switch (to.Kind)
+            {
+                case 'b': return false;
+                case 'i': return Kind == 'i' ? to.ItemSize >= ItemSize : Kind == 'u' && to.ItemSize > ItemSize;
+                case 'u': return Kind == 'u' && to.ItemSize >= ItemSize;
+                default:  // a float holds ints of up to half its size (int64 into float64, as NumPy allows)
+                    return Kind == 'f' ? to.ItemSize >= ItemSize : to.ItemSize > ItemSize || to.ItemSize == 8;
+            }
+        }
+
         string CountText()
         {
             return (Kind == 'U' ? ItemSize / 4 : ItemSize).ToString(CultureInfo.InvariantCulture);

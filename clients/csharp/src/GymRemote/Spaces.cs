@@ -15,7 +15,10 @@ namespace GymRemote
         /// <summary>The description of PROTOCOL.md §7.2, as a value (a dict whose first key is "space").</summary>
         public abstract Value Describe();
 
-        /// <summary>Whether <paramref name="value"/> is an element of the space (as Gymnasium's <c>contains</c>, without its dtype casting rules).</summary>
+        /// <summary>
+        /// Whether <paramref name="value"/> is an element of the space, as Gymnasium's <c>contains</c> answers for
+        /// NumPy arrays and scalars (Python lists standing for arrays are not converted: they are not elements).
+        /// </summary>
         public abstract bool Contains(Value value);
 
         protected Value Description(params KeyValuePair<string, Value>[] fields)
@@ -132,7 +135,7 @@ namespace GymRemote
 
         public override bool Contains(Value value)
         {
-            if (!SameShape(value, Low.Shape)) return false;
+            if (!SameShape(value, Low.Shape) || !value.DType.CanCastSafely(DType)) return false;
             for (int i = 0; i < value.Size; i++)
             {
                 double item = value.GetDouble(i);
@@ -187,11 +190,21 @@ namespace GymRemote
             return Description(Value.Entry("n", N), Value.Entry("start", Start), Value.Entry("dtype", DType.Str));
         }
 
-        /// <summary>An int, or an integer NumPy scalar or 0-d array, in range (a bool is an int, as in Python).</summary>
+        /// <summary>
+        /// An int (a bool is one, as in Python) that fits the dtype, or an integer NumPy scalar or 0-d array whose
+        /// dtype casts safely to it, in range.
+        /// </summary>
         public override bool Contains(Value value)
         {
             if (!IsIntegerLeaf(value) || value.Kind == ValueKind.Array && value.Shape.Length != 0) return false;
-            if (value.Kind == ValueKind.Int && (value.AsInteger < long.MinValue || value.AsInteger > long.MaxValue)) return false;
+            if (value.Kind == ValueKind.Scalar || value.Kind == ValueKind.Array)
+            {
+                if (!value.DType.CanCastSafely(DType)) return false;
+            }
+            else if (value.Kind == ValueKind.Int && (value.AsInteger < long.MinValue || value.AsInteger > long.MaxValue))
+            {
+                return false;
+            }
             long x = value.ToInt64();
             return x >= Start && x - Start < N;
         }
@@ -237,7 +250,7 @@ namespace GymRemote
 
         public override bool Contains(Value value)
         {
-            if (!SameShape(value, Nvec.Shape) || !value.DType.IsInteger) return false;
+            if (!SameShape(value, Nvec.Shape) || !value.DType.CanCastSafely(DType)) return false;
             for (int i = 0; i < value.Size; i++)
             {
                 var offset = value.GetInteger(i) - StartValues.GetInteger(i);
@@ -287,11 +300,11 @@ namespace GymRemote
 
         public override bool Contains(Value value)
         {
-            if (!SameShape(value, Shape) || !(value.DType.IsInteger || value.DType.Kind == 'b')) return false;
+            if (!SameShape(value, Shape) || "biuf".IndexOf(value.DType.Kind) < 0) return false;
             for (int i = 0; i < value.Size; i++)
             {
-                var bit = value.GetInteger(i);
-                if (!bit.IsZero && !bit.IsOne) return false;
+                double bit = value.GetDouble(i);
+                if (bit != 0 && bit != 1) return false;
             }
             return true;
         }
@@ -334,7 +347,8 @@ namespace GymRemote
 
         public override bool Contains(Value value)
         {
-            if (value.Kind != ValueKind.Tuple || value.Items.Count != Spaces.Count) return false;
+            // a list is taken as a tuple, as Gymnasium's Tuple.contains does
+            if (value.Kind != ValueKind.Tuple && value.Kind != ValueKind.List || value.Items.Count != Spaces.Count) return false;
             for (int i = 0; i < Spaces.Count; i++)
             {
                 if (!Spaces[i].Contains(value.Items[i])) return false;
