@@ -6,6 +6,7 @@ behaviour over the Python envs; the answers must be equal, errors (type, module 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -177,6 +178,43 @@ def assert_same_answers(build: Path, script: list[dict[str, Any]]) -> list[dict[
         found = difference(want, have)
         assert found is None, f"command {number} {json.dumps(command)[:300]}: {found}"
     return expected
+
+
+def disassembly(assembly: Path) -> str:
+    """The IL text of ``assembly`` (Mono's ikdasm)."""
+    ikdasm = shutil.which("ikdasm")
+    assert ikdasm is not None, "ikdasm is part of mono-devel"
+    done = subprocess.run([ikdasm, str(assembly)], capture_output=True, text=True, timeout=HARNESS_SECONDS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_library_uses_only_netstandard_types(csharp_build):
+    """Every framework type GymRemote.dll refers to is in .NET Standard 2.0 (Mono's netstandard facade forwards
+    it), so that Unity and Godot .NET take the library as it is. Members are not checked: Mono ships no
+    netstandard reference assembly with members."""
+    mono = shutil.which("mono")
+    assert mono is not None
+    facade = Path(mono).resolve().parents[1] / "lib" / "mono" / "4.5" / "Facades" / "netstandard.dll"
+    standard = set(re.findall(r"\.class extern forwarder (\S+)", disassembly(facade)))
+    used = set(re.findall(r"\[[\w.]+\](System[\w.`]*)", disassembly(csharp_build / "GymRemote.dll")))
+    assert len(standard) > 2000 and "System.Numerics.BigInteger" in used
+    assert used - standard == set(), "types outside .NET Standard 2.0"
+
+
+def test_readme_example_compiles(csharp_build, tmp_path):
+    """The env of clients/csharp/README.md compiles against the library as it is written there."""
+    readme = (Path(__file__).resolve().parent.parent / "clients" / "csharp" / "README.md").read_text()
+    blocks = re.findall(r"```csharp\n(.*?)```", readme, flags=re.DOTALL)
+    assert blocks, "the README has no C# example"
+    source = tmp_path / "Example.cs"
+    source.write_text("\n".join(blocks))
+    mcs = shutil.which("mcs")
+    assert mcs is not None
+    command = [mcs, "-langversion:7.2", "-warnaserror+", "-target:library", "-r:System.Numerics.dll"]
+    command += [f"-r:{csharp_build / 'GymRemote.dll'}", f"-out:{tmp_path / 'Example.dll'}", str(source)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HARNESS_SECONDS)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 # -- the space classes ----------------------------------------------------------------------------------------------

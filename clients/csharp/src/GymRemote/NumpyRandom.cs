@@ -38,8 +38,10 @@ namespace GymRemote
         /// <summary>128 bits from the operating system's random source, as NumPy draws for an unseeded SeedSequence.</summary>
         public static BigInteger EntropySeed()
         {
+            var drawn = new byte[16];
+            using (var source = RandomNumberGenerator.Create()) source.GetBytes(drawn);
             var bytes = new byte[17];  // a trailing zero byte keeps the BigInteger non-negative
-            using (var source = RandomNumberGenerator.Create()) source.GetBytes(bytes, 0, 16);
+            Buffer.BlockCopy(drawn, 0, bytes, 0, 16);
             return new BigInteger(bytes);
         }
 
