@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from gym_remote.codec import space_to_value
+from gym_remote.codec import check_dtype, space_to_value
 from gym_remote.conformance.wire import action_rows, probe_actions
+from gym_remote.errors import ProtocolError
 from gym_remote.probe import ProbeEnv
 
 HARNESS_SECONDS = 60
@@ -217,6 +218,27 @@ def test_readme_example_compiles(csharp_build, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+ACCEPTED_DTYPES = ["<f4", ">f8", "=f4", "f8", "|b1", "b1", "|u1", "u1", "<u1", "|i8", "<i2", ">u4", "<u8", "float32"]
+ACCEPTED_DTYPES += ["int64", "bool", "<U5", "|S3", "<S3", "<M8[ns]", ">m8[s]", "<m8", ">c16", "<f2", "<f16"]
+REFUSED_DTYPES = ["O", "|O", "|V4", "<i3", "<i0", "<f3", "<b2", "<m8[]", "<f8[ns]", "<x4", "", "<", "[('a', '<f4')]"]
+
+
+def test_dtypes_read_as_the_codec_reads_them(csharp_build):
+    """DType.Parse takes the dtype strings gym_remote's codec takes, and names them by NumPy's ``dtype.str``;
+    object, void, odd sizes and malformed strings are refused with ArgumentException."""
+    script = [{"op": "make", "env": "Probe"}] + [
+        {"op": "dtype", "text": text} for text in ACCEPTED_DTYPES + REFUSED_DTYPES
+    ]
+    got = harness_answers(csharp_build, script)[1:]
+    for text, answer in zip(ACCEPTED_DTYPES, got):
+        assert answer == {"ok": True, "value": check_dtype(text).str}, f"{text!r}: {answer}"
+    for text, answer in zip(REFUSED_DTYPES, got[len(ACCEPTED_DTYPES) :]):
+        with pytest.raises(ProtocolError):
+            check_dtype(text)
+        assert not answer["ok"] and answer["type"] == "ArgumentException", f"{text!r}: {answer}"
+        assert repr(text) in answer["message"] if text else "dtype" in answer["message"], answer
+
+
 # -- the space classes ----------------------------------------------------------------------------------------------
 
 SPACE_CATALOG = [  # the spaces of Harness.cs's Catalog, in its order
@@ -350,7 +372,7 @@ def test_probe_spaces_and_errors_match(csharp_build):
     good = action_rows(probe_actions(1, 1))[0]
     push3 = np.zeros(3, dtype=np.float32)
     script: list[dict[str, Any]] = [{"op": "make", "env": "Probe"}, {"op": "reset", "seed": 11}]
-    for offset in (1000, -1, 1.5, "x", True, None):
+    for offset in (1000, -1, 1.5, "x", "it's", "\\", True, None, 2**70):
         script.append({"op": "reset", "seed": 11, "options": {"offset": exact(offset)}})
     for action in (
         5,
@@ -365,7 +387,7 @@ def test_probe_spaces_and_errors_match(csharp_build):
     script.append({"op": "render"})
     script.append({"op": "get_attr", "name": "state"})
     answers = assert_same_answers(csharp_build, script)
-    assert [answer["ok"] for answer in answers[2:15]] == [False] * 6 + [False, False, False, False, True, True, True]
+    assert [answer["ok"] for answer in answers[2:18]] == [False] * 9 + [False, False, False, False, True, True, True]
 
 
 def test_probe_rounds_float64_pushes_to_float32(csharp_build):

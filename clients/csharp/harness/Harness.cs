@@ -14,7 +14,8 @@ namespace GymRemote.Harness
     /// Commands: {"op": "make", "env": "Probe" | "CartPole", "render_mode": null}, {"op": "reset", "seed": int or
     /// null, "options": value (absent: no options)}, {"op": "step", "action": value}, {"op": "get_attr", "name"},
     /// {"op": "set_attr", "name", "value"}, {"op": "render"}, {"op": "close"}; and for the space classes,
-    /// {"op": "catalog"} (the descriptions of a fixed list of spaces) and {"op": "contains", "space": index, "value"}. Each answer has "ok"; a failed
+    /// {"op": "catalog"} (the descriptions of a fixed list of spaces) and {"op": "contains", "space": index, "value"};
+    /// {"op": "dtype", "text"} reads a dtype string. Each answer has "ok"; a failed
     /// command answers {"ok": false, "type", "module", "message"}.
     ///
     /// Values are written exactly: null, true/false, strings and ints in 64 bits as JSON; a float as ["f", the
@@ -110,6 +111,9 @@ namespace GymRemote.Harness
                 case "contains":
                     Space chosen = Catalog[int.Parse(((JsonNumber)Field(command, "space")).Text, CultureInfo.InvariantCulture)];
                     answer.Add(Pair("value", chosen.Contains(ToValue(Field(command, "value")))));
+                    break;
+                case "dtype":
+                    answer.Add(Pair("value", DType.Parse((string)Field(command, "text")).Str));
                     break;
                 case "close":
                     env.Close();

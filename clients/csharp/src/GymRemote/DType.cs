@@ -103,7 +103,8 @@ namespace GymRemote
         }
 
         /// <summary>
-        /// Reads a dtype string: NumPy's <c>dtype.str</c> form, or a core dtype's plain name ("float32").
+        /// Reads a dtype string: NumPy's <c>dtype.str</c> form (the byte order may be left out, or be '=' or '|' for this
+        /// machine's), or a core dtype's plain name ("float32"). Its <see cref="Str"/> is then NumPy's <c>dtype.str</c>.
         /// Throws <see cref="ArgumentException"/> saying what is wrong for anything else.
         /// </summary>
         public static DType Parse(string text)
@@ -119,18 +120,20 @@ namespace GymRemote
 
         static DType TryParse(string text, ref string problem)
         {
-            if (text.Length < 3) { problem = "too short (expected an order, a kind and a size, such as \"<f4\")"; return null; }
-            char order = text[0];
-            if (order == '=') order = BitConverter.IsLittleEndian ? '<' : '>';
-            if (order != '<' && order != '>' && order != '|') { problem = "the first character must be '<', '>', '|' or '='"; return null; }
-            char kind = text[1];
+            // as NumPy reads them: the byte order is optional, '=' and '|' mean this machine's for multi-byte items
+            char native = BitConverter.IsLittleEndian ? '<' : '>';
+            char order = text.Length > 0 && "<>|=".IndexOf(text[0]) >= 0 ? text[0] : '=';
+            if (order == '=' || order == '|') order = native;
+            if (text.Length > 0 && "<>|=".IndexOf(text[0]) >= 0) text = text.Substring(1);
+            if (text.Length < 2) { problem = "expected a kind and a size, such as \"<f4\""; return null; }
+            char kind = text[0];
             if ("biufcmMUS".IndexOf(kind) < 0)
             {
                 problem = "kind '" + kind + "' is not one of b i u f c m M U S (object and void dtypes are refused)";
                 return null;
             }
             int end = text.IndexOf('[');
-            string count = end < 0 ? text.Substring(2) : text.Substring(2, end - 2);
+            string count = end < 0 ? text.Substring(1) : text.Substring(1, end - 1);
             string unit = null;
             if (end >= 0)
             {
@@ -164,7 +167,6 @@ namespace GymRemote
             }
             if (!sizeOk) { problem = "kind '" + kind + "' has no " + size + "-byte items"; return null; }
             if (size == 1 || kind == 'S') order = '|';
-            else if (order == '|') { problem = "a " + size + "-byte item needs a byte order, '<' or '>'"; return null; }
             foreach (DType core in Core)
             {
                 if (core.Order == order && core.Kind == kind && core.ItemSize == size) return core;

@@ -25,15 +25,16 @@ namespace GymRemote
         /// <summary>Python's repr of a str, in single quotes.</summary>
         public static string Quote(string text)
         {
-            var builder = new StringBuilder("'");
+            char quote = text.IndexOf('\'') >= 0 && text.IndexOf('"') < 0 ? '"' : '\'';  // as Python chooses
+            var builder = new StringBuilder().Append(quote);
             foreach (char c in text)
             {
-                if (c == '\'' || c == '\\') builder.Append('\\').Append(c);
+                if (c == quote || c == '\\') builder.Append('\\').Append(c);
                 else if (c == '\n') builder.Append("\\n");
                 else if (c < ' ') builder.Append("\\x").Append(((int)c).ToString("x2", CultureInfo.InvariantCulture));
                 else builder.Append(c);
             }
-            return builder.Append('\'').ToString();
+            return builder.Append(quote).ToString();
         }
 
         /// <summary>A shape as Python writes a tuple of ints: <c>(2,)</c>, <c>(2, 3)</c>, <c>()</c>.</summary>
