@@ -239,6 +239,65 @@ def test_dtypes_read_as_the_codec_reads_them(csharp_build):
         assert repr(text) in answer["message"] if text else "dtype" in answer["message"], answer
 
 
+# -- values ----------------------------------------------------------------------------------------------------------
+
+VALUES = [
+    *(0, -1, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**200, -(2**100)),
+    *(0.0, -0.0, float("nan"), float("inf"), -float("inf"), 5e-324, 1.7976931348623157e308, 0.1, 1e16, 1e-05),
+    *("", "probé", "\ud800", "😀", "it's", 'say "hi"', "tab\tnew\nline\x7f\x85\xa0\u2028"),
+    *(b"", bytes(range(256)), b"it's"),
+    *(None, True, False, [], (), (1,), [1, (2, "x")], {"a": 1, "b": [None]}, {}, {1: "one", (1, 2): "two", "s": 3}),
+    *(np.float32(0.1), np.int8(-5), np.uint64(2**64 - 1), np.bool_(False), np.float64(float("nan")), np.int64(7)),
+    np.zeros((0,), dtype=np.float32),
+    np.zeros((2, 0, 3)),
+    np.arange(6, dtype=np.int16).reshape(2, 3),
+    np.array([True, False]),
+    np.array(["ab", "é"], dtype="<U3"),
+    np.array([b"x", b"yz"], dtype="|S2"),
+    np.array([1, 2], dtype="<M8[ns]"),
+    np.array([1.5, -2.0], dtype=">f8"),
+    np.array([1 + 2j], dtype="<c16"),
+    np.array(3, dtype=np.uint8),
+    np.array([1, "x", None], dtype=object),
+]
+# what Value.Repr() gives as Python's repr (NumPy pads the items of float and bool arrays and breaks lines of 2-d
+# ones; Value.Repr does not)
+REPR_VALUES = [value for value in VALUES if not isinstance(value, np.ndarray)]
+REPR_VALUES += [np.array([1, 2]), np.array([3, -4], dtype=np.int16), np.array(5, dtype=np.uint8), np.float32(3.25)]
+REPR_VALUES += [np.array([True, False]), np.array([10, -200, 3], dtype=np.int32)]
+REPR_VALUES += [1e15, 1.5e16, 123.456, 1e-4, 2.5e-7, -1e300, 1 / 3, np.float32(1 / 3), np.float64(1e22)]
+
+
+def test_values_read_back_and_compare_exactly(csharp_build):
+    """Every kind of value reads into a Value and writes back to the bit (big ints, -0.0 and NaN, lone surrogates,
+    keys that are not strings, arrays of every dtype kind, object arrays); two values are equal exactly when they are
+    the same value to the bit (dict keys in order), with equal hashes then; a dict given one key twice is refused."""
+    pairs = [(a, b) for a in VALUES[::3] for b in VALUES[::3]]
+    pairs += [(1, 1.0), (1, True), (0.0, -0.0), ([1], (1,)), ({"a": 1, "b": 2}, {"b": 2, "a": 1})]
+    pairs += [(np.float32(1), np.float64(1)), (np.zeros(2), np.zeros((1, 2))), (2**70, 2**70), ([1.5], [1.5])]
+    script: list[dict[str, Any]] = [{"op": "make", "env": "Probe"}]
+    script += [{"op": "echo", "value": exact(value)} for value in VALUES]
+    script += [{"op": "equal", "left": exact(a), "right": exact(b)} for a, b in pairs]
+    script += [{"op": "echo", "value": ["d", 1, "a", 1, "b"]}]
+    got = harness_answers(csharp_build, script)[1:]
+    for value, answer in zip(VALUES, got):
+        assert answer == {"ok": True, "value": exact(value)}, f"{value!r}: {answer}"
+    for (a, b), answer in zip(pairs, got[len(VALUES) :]):
+        same = json.dumps(exact(a)) == json.dumps(exact(b))
+        assert answer["ok"], f"{a!r} and {b!r}: {answer}"
+        assert answer["value"] is same and (answer["same_hash"] or not same), f"{a!r} and {b!r}: {answer}"
+    assert not got[-1]["ok"] and "given twice" in got[-1]["message"], got[-1]
+
+
+def test_value_repr_is_pythons(csharp_build):
+    """Value.Repr(), which error messages quote, is Python's repr: quotes and escapes of str and bytes, the
+    shortest float text in repr's notation, NumPy scalars and one-dimensional integer arrays."""
+    script = [{"op": "make", "env": "Probe"}] + [{"op": "repr", "value": exact(value)} for value in REPR_VALUES]
+    got = harness_answers(csharp_build, script)[1:]
+    for value, answer in zip(REPR_VALUES, got):
+        assert answer == {"ok": True, "value": repr(value)}, f"{value!r}: {answer}"
+
+
 # -- the space classes ----------------------------------------------------------------------------------------------
 
 SPACE_CATALOG = [  # the spaces of Harness.cs's Catalog, in its order

@@ -15,7 +15,8 @@ namespace GymRemote.Harness
     /// null, "options": value (absent: no options)}, {"op": "step", "action": value}, {"op": "get_attr", "name"},
     /// {"op": "set_attr", "name", "value"}, {"op": "render"}, {"op": "close"}; and for the space classes,
     /// {"op": "catalog"} (the descriptions of a fixed list of spaces) and {"op": "contains", "space": index, "value"};
-    /// {"op": "dtype", "text"} reads a dtype string. Each answer has "ok"; a failed
+    /// {"op": "dtype", "text"} reads a dtype string; {"op": "echo", "value"} reads a value and writes it back;
+    /// {"op": "equal", "left", "right"} compares two values; {"op": "repr", "value"} gives Value.Repr(). Each answer has "ok"; a failed
     /// command answers {"ok": false, "type", "module", "message"}.
     ///
     /// Values are written exactly: null, true/false, strings and ints in 64 bits as JSON; a float as ["f", the
@@ -114,6 +115,17 @@ namespace GymRemote.Harness
                     break;
                 case "dtype":
                     answer.Add(Pair("value", DType.Parse((string)Field(command, "text")).Str));
+                    break;
+                case "echo":  // a value read into a Value and written back
+                    answer.Add(Pair("value", ToValue(Field(command, "value"))));
+                    break;
+                case "equal":
+                    Value left = ToValue(Field(command, "left")), right = ToValue(Field(command, "right"));
+                    answer.Add(Pair("value", left.Equals(right)));
+                    answer.Add(Pair("same_hash", left.GetHashCode() == right.GetHashCode()));
+                    break;
+                case "repr":
+                    answer.Add(Pair("value", ToValue(Field(command, "value")).Repr()));
                     break;
                 case "close":
                     env.Close();

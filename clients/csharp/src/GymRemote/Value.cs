@@ -38,13 +38,14 @@ namespace GymRemote
     /// </summary>
     public sealed class Value : IEquatable<Value>
     {
+        // before None, True and False, which the static initializers make with them (in the order written)
+        static readonly Value[] NoItems = new Value[0];
+        static readonly int[] ScalarShape = new int[0];
+
         /// <summary>Python's None.</summary>
         public static readonly Value None = new Value(ValueKind.None);
         public static readonly Value True = new Value(ValueKind.Bool) { boolean = true };
         public static readonly Value False = new Value(ValueKind.Bool) { boolean = false };
-
-        static readonly Value[] NoItems = new Value[0];
-        static readonly int[] ScalarShape = new int[0];
 
         bool boolean;
         BigInteger integer;
