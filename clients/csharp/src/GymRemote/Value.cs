@@ -34,7 +34,8 @@ namespace GymRemote
     /// bytes, list, tuple, dict, NumPy scalar, NumPy array. Lists and tuples are different values, ints
     /// and floats are different values, and a NumPy scalar keeps its dtype, as in Python.
     /// Two values are equal when they are the same value in the strictest sense: same kind, same dtype and
-    /// shape, same bits (so NaN equals NaN, -0.0 differs from 0.0, and 1 differs from 1.0 and True).
+    /// shape, same bits (so NaN equals NaN, -0.0 differs from 0.0, and 1 differs from 1.0 and True), and dicts with
+    /// the same entries in the same order. Dict keys are distinct under this equality (1 and True are two keys).
     /// </summary>
     public sealed class Value : IEquatable<Value>
     {
