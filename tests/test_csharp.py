@@ -431,6 +431,7 @@ def test_probe_spaces_and_errors_match(csharp_build):
     good = action_rows(probe_actions(1, 1))[0]
     push3 = np.zeros(3, dtype=np.float32)
     script: list[dict[str, Any]] = [{"op": "make", "env": "Probe"}, {"op": "reset", "seed": 11}]
+    script.append({"op": "reset", "seed": -5})
     for offset in (1000, -1, 1.5, "x", "it's", "\\", True, None, 2**70):
         script.append({"op": "reset", "seed": 11, "options": {"offset": exact(offset)}})
     for action in (
@@ -446,7 +447,7 @@ def test_probe_spaces_and_errors_match(csharp_build):
     script.append({"op": "render"})
     script.append({"op": "get_attr", "name": "state"})
     answers = assert_same_answers(csharp_build, script)
-    assert [answer["ok"] for answer in answers[2:18]] == [False] * 9 + [False, False, False, False, True, True, True]
+    assert [answer["ok"] for answer in answers[2:19]] == [False] * 10 + [False, False, False, False, True, True, True]
 
 
 def test_probe_rounds_float64_pushes_to_float32(csharp_build):
@@ -532,5 +533,7 @@ def test_cartpole_spaces_and_errors_match(csharp_build):
     for action in (2, -1, 1.0, np.int64(5), np.bool_(True), np.array([1]), "1", np.int32(1), np.array(0), True):
         script.append({"op": "step", "action": exact(action)})
     script.append({"op": "reset", "seed": 9, "options": {"low": exact(0.5), "high": exact(0.1)}})
+    script.append({"op": "reset", "seed": -(2**70)})
     answers = assert_same_answers(csharp_build, script)
-    assert [answer["ok"] for answer in answers[2:-1]] == [False] * 7 + [True] * 3
+    assert [answer["ok"] for answer in answers[2:-2]] == [False] * 7 + [True] * 3
+    assert not answers[-2]["ok"] and not answers[-1]["ok"]

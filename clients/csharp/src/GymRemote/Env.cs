@@ -169,6 +169,15 @@ namespace GymRemote
 
         public abstract StepResult Step(Value action);
 
+        /// <summary>Refuses a negative seed as Gymnasium's <c>Env.reset</c> does (gymnasium.error.Error).</summary>
+        protected static void CheckSeed(BigInteger? seed)
+        {
+            if (seed.HasValue && seed.Value.Sign < 0)
+            {
+                throw new EnvException("Error", "Seed must be greater or equal to zero, actual value: " + seed.Value, "gymnasium.error");
+            }
+        }
+
         public virtual Value Render()
         {
             return Value.None;

@@ -75,9 +75,9 @@ namespace GymRemote.Envs
             {
                 throw EnvException.ValueError("Lower bound (" + PythonText.Float(low) + ") must be lower than higher bound (" + PythonText.Float(high) + ").");
             }
+            CheckSeed(seed);
             if (seed.HasValue)
             {
-                if (seed.Value.Sign < 0) throw new EnvException("Error", "Seed must be a non-negative integer, got " + seed.Value, "gymnasium.error");
                 if (random == null) random = new NumpyRandom(seed.Value);
                 else random.Seed(seed.Value);
             }

@@ -77,7 +77,8 @@ namespace GymRemote.Envs
 
         public override ResetResult Reset(BigInteger? seed, Value options)
         {
-            draw = seed.HasValue ? (long)(((seed.Value % 1000) + 1000) % 1000) : (draw * 37 + 11) % 1000;
+            CheckSeed(seed);
+            draw = seed.HasValue ? (long)(seed.Value % 1000) : (draw * 37 + 11) % 1000;
             long offset = 0;
             Value given = options == null ? null : options.Find("offset");
             if (given != null)
