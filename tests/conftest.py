@@ -46,6 +46,7 @@ ONE_PLANE_MODULES = {
     "test_commands",
     "test_conformance_units",
     "test_cpp_client",
+    "test_csharp",
     "test_data_plane",
     "test_docs",
     "test_docs_site",
@@ -319,6 +320,30 @@ def cpp_build() -> Path:
                 "g++, libzmq3-dev, cppzmq-dev, nlohmann-json3-dev and libsodium-dev):\n"
                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
             )
+    return build
+
+
+CSHARP_SOURCE = REPO_ROOT / "clients" / "csharp"
+
+
+@pytest.fixture(scope="session")
+def csharp_build(tmp_path_factory) -> Path:
+    """The C# library and its harness (clients/csharp) built with Mono's mcs, once per test run: the directory
+    holding GymRemote.dll and GymRemote.Harness.exe. Skips when Mono is absent (./run-tests installs mono-devel)."""
+    missing = [tool for tool in ("mcs", "mono") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"Mono is not installed ({', '.join(missing)} not found): apt-get install mono-devel")
+    build = tmp_path_factory.mktemp("csharp")
+    try:
+        done = subprocess.run(
+            ["sh", str(CSHARP_SOURCE / "build.sh"), str(build)], capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"building the C# library timed out: {error}")
+    if done.returncode != 0:
+        pytest.fail(
+            f"building the C# library failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
     return build
 
 
