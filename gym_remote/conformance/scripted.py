@@ -170,13 +170,11 @@ class ScriptedServer:
         self.liveness_timeout = float(liveness_timeout)
         self.max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES
         self.observation_space, self.action_space = probe_spaces()
-        observation_leaves = codec.array_leaf_spaces(self.observation_space)
+        self.use_observation_space(self.observation_space)
         action_leaves = codec.array_leaf_spaces(self.action_space)
-        if observation_leaves is None or action_leaves is None:
-            raise ValueError("the scripted server's spaces (probe_spaces()) must be array spaces")
-        self.observation_leaves = observation_leaves
+        if action_leaves is None:
+            raise ValueError("the scripted server's action space (probe_spaces()) must be an array space")
         self.action_leaves = action_leaves
-        self.observation_names = leaf_names(self.observation_space)
         self.peer: bytes | None = None
         """The routing id commands go to and replies must come from (set by :meth:`expect_hello`)."""
         self.hosted = 0
@@ -198,6 +196,15 @@ class ScriptedServer:
             terminate(self.context, 2.0)
             raise OSError(f"the scripted server cannot bind {endpoint!r}: {error}") from None
         self.socket = sock
+
+    def use_observation_space(self, space: spaces.Space) -> None:
+        """Send ``space`` in WELCOME as the vector's observation space, and read RESULTs in its layout."""
+        leaves = codec.array_leaf_spaces(space)
+        if leaves is None:
+            raise ValueError(f"the scripted server's observation space must be an array space, not {space}")
+        self.observation_space = space
+        self.observation_leaves = leaves
+        self.observation_names = leaf_names(space)
 
     def __enter__(self) -> ScriptedServer:
         return self
