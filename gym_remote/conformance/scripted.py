@@ -161,9 +161,10 @@ class ScriptedServer:
     Args:
         endpoint: where to bind, e.g. ``context.endpoint()``.
         liveness_timeout: the heartbeat timeout, as the client under test is given.
+        zap_domain: a ZAP domain, so that a check's own ZAP handler (in :attr:`context`) decides every handshake.
     """
 
-    def __init__(self, endpoint: str, *, liveness_timeout: float = 2.0) -> None:
+    def __init__(self, endpoint: str, *, liveness_timeout: float = 2.0, zap_domain: bytes | None = None) -> None:
         if not is_local_endpoint(endpoint):
             raise ValueError(f"the scripted server binds only loopback or ipc endpoints, not {endpoint!r}")
         self.endpoint = endpoint
@@ -189,6 +190,8 @@ class ScriptedServer:
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         sock.setsockopt(zmq.SNDTIMEO, 1000)
         set_heartbeats(sock, self.liveness_timeout)
+        if zap_domain is not None:  # libzmq then asks a ZAP handler in self.context about every handshake
+            sock.setsockopt(zmq.ZAP_DOMAIN, zap_domain)
         try:
             sock.bind(endpoint)
         except zmq.ZMQError as error:

@@ -10,6 +10,7 @@ stepped as PROTOCOL.md §5.4 says a client steps its envs. Every wait is bounded
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import zmq
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
@@ -884,6 +886,8 @@ INVALID_VALUES: list[tuple[str, str, str, list[bytes]]] = [
         '["a","<i4",[2],0]',
         [bytes(4)],
     ),
+    ("§3.4: void (V) dtypes are refused", "an array of dtype |V4", '["a","|V4",[1],0]', [bytes(4)]),
+    ("§3.4: dtype strings with commas are refused", "an array of dtype '<i4,<i4'", '["a","<i4,<i4",[1],0]', [bytes(8)]),
     ("§3.4: object (O) dtypes are refused", "an array of dtype |O", '["a","|O",[1],0]', [bytes(8)]),
     (
         "§3.4: U data must hold valid code points (<= U+10FFFF)",
@@ -1288,6 +1292,143 @@ def check_welcome_spaces(context: Context) -> None:
         client.step(probe_actions(1, NUM_ENVS), what=f"STEP: {why}")
 
 
+# -- coming and going ------------------------------------------------------------------------------
+
+HELLO_REPEAT_SECONDS = 2.0
+"""After how long without an answer a client says its HELLO again (PROTOCOL.md §7)."""
+
+AWAY_SECONDS = 3.0
+"""How long the learner of :func:`check_learner_back` stays away: long enough for several failed connection
+attempts, short enough to keep the suite quick."""
+
+
+def check_hello_repeated(context: Context) -> None:
+    """A HELLO that gets no answer is said again, the same, after about 2 s (PROTOCOL.md §7); then the client
+    serves the WELCOME that answers it."""
+    endpoint = context.endpoint()
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as server:
+        process = server.watch(context.start_client(endpoint, NUM_ENVS))
+        first = server.expect_hello(count=NUM_ENVS)
+        said = time.monotonic()
+        why = (
+            "PROTOCOL.md §7: a client that has had no answer to its HELLO for 2 s sends the same HELLO again (the "
+            "learner drops a HELLO an interrupt cut short, and nothing else would answer it)"
+        )
+        again = server.expect(Kind.HELLO, timeout=HELLO_REPEAT_SECONDS + REPLY_SECONDS, count=NUM_ENVS, why=why)
+        waited = time.monotonic() - said
+        changed = difference(again.value, first.value, "the second HELLO's value")
+        if again.identity != first.identity or changed:
+            raise server.fail(
+                f"the second HELLO is not the first said again (routing id {again.identity[:64]!r} against "
+                f"{first.identity[:64]!r}; {changed or 'the same value'}): {why}"
+            )
+        if waited < 0.75 * HELLO_REPEAT_SECONDS:
+            raise server.fail(f"the HELLO came again {waited:.2f} s after the first, expected after 2 s ({why})")
+        server.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
+        client = Driven(server, process, first, list(range(NUM_ENVS)), "NextStep", False)
+        client.reset(SEEDS, what="RESET after the WELCOME that answered the repeated HELLO")
+
+
+def check_learner_back(context: Context) -> None:
+    """The learner goes away (its socket closes) and is back at the same address only after a few seconds: the
+    client keeps trying and joins it as a new session, with previous_session set."""
+    endpoint = context.endpoint()
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as first:
+        process = context.start_client(endpoint, NUM_ENVS)  # (not watched: closing this server must not end it)
+        hello = first.expect_hello(count=NUM_ENVS)
+        first.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
+        Driven(first, process, hello, list(range(NUM_ENVS)), "NextStep", False).reset(SEEDS)
+    time.sleep(AWAY_SECONDS)
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as second:
+        second.watch(process)
+        if not process.running():
+            raise second.fail(
+                f"the client exited (status {process.process.returncode}) within {AWAY_SECONDS:g} s of losing its "
+                "learner: it reconnects with backoff and joins the server at the address again (PROTOCOL.md §8.1, "
+                "§11 step 5; CONFORMANCE.md §2: for at least 60 s)"
+            )
+        why = (
+            f"the learner was away for {AWAY_SECONDS:g} s and is back at the same address; PROTOCOL.md §8.1, §11 step "
+            "5: the client reconnects with backoff and joins again as a new session"
+        )
+        rejoined = second.expect(Kind.HELLO, timeout=HELLO_SECONDS, count=NUM_ENVS, why=why)
+        second.peer = rejoined.identity
+        problems = hello_problems(rejoined, NUM_ENVS, previous=hello.value.get("session"))
+        if rejoined.identity == hello.identity:
+            problems.append("it comes from the routing id of the lost session (§8.2: a new session)")
+        if problems:
+            shown = "\n".join(f"  {problem}" for problem in problems)
+            raise second.fail(f"the HELLO to the learner that came back is not as PROTOCOL.md §7 requires:\n{shown}")
+        second.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
+        client = Driven(second, process, rejoined, list(range(NUM_ENVS)), "NextStep", False)
+        seq = second.send_reset(SEEDS)
+        received = second.receive(REPLY_SECONDS, stop_on_exit=True)
+        while received is not None and received.kind == Kind.HELLO and received.identity == rejoined.identity:
+            # HELLOs said again while the learner was away may arrive queued behind the first (§7)
+            received = second.receive(REPLY_SECONDS, stop_on_exit=True)
+        if received is None or received.kind != Kind.RESULT or received.seq != seq:
+            got = "nothing" if received is None else received.describe()
+            raise second.fail(f"expected RESULT echoing seq {seq} for the RESET after the rejoin, but got {got} (§5.2)")
+        client.compare(second.parse_result(received, NUM_ENVS), client.reference.reset(SEEDS), None, "the RESET")
+
+
+class _Gatekeeper:
+    """A ZAP handler (RFC 27) in a scripted server's context: answers the first ``refusals`` handshakes with status
+    500 ("not now") and the others with 200, and notes when it answered."""
+
+    def __init__(self, server: ScriptedServer, refusals: int = 1) -> None:
+        self.refusals = refusals
+        self.answered: list[tuple[float, bytes]] = []
+        self._socket = server.context.socket(zmq.REP)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.bind("inproc://zeromq.zap.01")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="conformance-zap", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._socket.poll(50):
+                continue
+            request = self._socket.recv_multipart()
+            status = b"500" if len(self.answered) < self.refusals else b"200"
+            text = b"conformance check: not now" if status == b"500" else b"OK"
+            self._socket.send_multipart([b"1.0", request[1], status, text, b"", b""])
+            self.answered.append((time.monotonic(), status))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+        self._socket.close(linger=0)
+
+
+def check_zap_not_now(context: Context) -> None:
+    """ZAP status 500 ("not now", PROTOCOL.md §12.4): the client neither stops nor retries at once (as libzmq's
+    own reconnection would, 0.1 s later) but waits 0.5 to 2 s, connects again and joins."""
+    endpoint = context.endpoint()
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout, zap_domain=b"gym_remote") as server:
+        gatekeeper = _Gatekeeper(server)
+        try:
+            process = server.watch(context.start_client(endpoint, NUM_ENVS))
+            why = (
+                "its first handshake was answered with ZAP status 500; PROTOCOL.md §11 step 6, §12.4: wait 0.5-2 s "
+                "and connect again"
+            )
+            hello = server.expect(Kind.HELLO, timeout=HELLO_SECONDS, count=NUM_ENVS, why=why)
+            arrived = time.monotonic()
+            refused = [when for when, status in gatekeeper.answered if status == b"500"]
+            if not refused:
+                raise server.fail("the client's HELLO came without a handshake that the gatekeeper refused first")
+            waited = arrived - refused[0]
+            if waited < 0.4:
+                raise server.fail(f"the client's HELLO came {waited:.2f} s after the ZAP status 500 ({why})")
+            server.peer = hello.identity
+            server.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
+            Driven(server, process, hello, list(range(NUM_ENVS)), "NextStep", False).reset(SEEDS)
+        finally:
+            gatekeeper.close()
+
+
 CHECKS: list[Check] = [
     Check(GROUP, "HELLO is well-formed", check_hello),
     Check(GROUP, "RESET and STEP are answered (NextStep)", check_reset_and_step),
@@ -1310,5 +1451,8 @@ CHECKS: list[Check] = [
     Check(GROUP, "REFUSE full: wait in line", check_waiting_in_line),
     Check(GROUP, "WELCOME reset_first", check_reset_first),
     Check(GROUP, "WELCOME's spaces set the array layouts", check_welcome_spaces),
+    Check(GROUP, "an unanswered HELLO is said again", check_hello_repeated),
+    Check(GROUP, "a learner back after a while is rejoined", check_learner_back),
+    Check(GROUP, "ZAP status 500: wait, then connect again", check_zap_not_now),
 ]
 """The wire group, in the order it runs."""
