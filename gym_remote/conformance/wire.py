@@ -541,9 +541,19 @@ def check_same_step(context: Context) -> None:
             client.step(probe_actions(step, NUM_ENVS), what=f"STEP number {step} (SameStep)")
 
 
+STEP_DTYPE_LISTINGS = (
+    ["<i2", "<f4", "|u1"],
+    ["|u1", "<f8", "<u2"],
+    ["<u2", "<f4", "<u4"],
+    ["<u4", "<f8", "<u8"],
+    ["<u8", "<f4", "<i2"],
+)
+"""FLAG_DTYPES listings that, with the check's first two, put every core dtype in a STEP's array frames."""
+
+
 def check_step_dtypes(context: Context) -> None:
-    """FLAG_DTYPES: actions in the listed dtypes (float64 for the Box leaf, int32, bool) give the results
-    the Python probes give for the same actions; also together with FLAG_SUBSET."""
+    """FLAG_DTYPES: actions in the listed dtypes (float64 for the Box leaf, int32, bool, and every other core
+    dtype) give the results the Python probes give for the same actions; also together with FLAG_SUBSET."""
     with joined(context) as client:
         client.reset(SEEDS)
         client.step(
@@ -562,7 +572,13 @@ def check_step_dtypes(context: Context) -> None:
             dtypes=["<i8", "<f8", "|i1"],
             what="STEP with FLAG_DTYPES and FLAG_SUBSET for env 1",
         )
-        client.step(probe_actions(4, NUM_ENVS), what="a plain STEP after them")
+        for step, dtypes in enumerate(STEP_DTYPE_LISTINGS, 4):
+            actions = probe_actions(step, NUM_ENVS)
+            if np.dtype(dtypes[0]).kind == "u":
+                actions[0] = np.abs(actions[0])  # (a direction of -1 has no unsigned form)
+            listed = [np.ascontiguousarray(leaf, dtype=dtype) for leaf, dtype in zip(actions, dtypes)]
+            client.step(listed, dtypes=dtypes, what=f"STEP with FLAG_DTYPES {dtypes} (core dtypes, §3.4)")
+        client.step(probe_actions(4 + len(STEP_DTYPE_LISTINGS), NUM_ENVS), what="a plain STEP after them")
 
 
 def check_step_values(context: Context) -> None:
