@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ __all__ = [
     "Received",
     "Result",
     "ScriptedServer",
+    "ZapGatekeeper",
     "leaf_names",
 ]
 
@@ -630,3 +632,35 @@ class ScriptedServer:
     def send_error(self, message: str) -> None:
         """Send the server's ERROR (seq 0), as for a malformed message (PROTOCOL.md §8)."""
         self.send(Kind.ERROR, {"type": "ProtocolError", "message": message, "traceback": "", "index": None})
+
+
+class ZapGatekeeper:
+    """A ZAP handler (RFC 27) in the context of a scripted server made with a ``zap_domain``: answers the first
+    ``refusals`` handshakes with status 500 ("not now") and the others with 200, and notes when it answered.
+    Close it before the server."""
+
+    def __init__(self, server: ScriptedServer, refusals: int = 1) -> None:
+        self.refusals = refusals
+        self.answered: list[tuple[float, bytes]] = []
+        self._socket = server.context.socket(zmq.REP)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.bind("inproc://zeromq.zap.01")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="conformance-zap", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._socket.poll(50):
+                continue
+            request = self._socket.recv_multipart()
+            status = b"500" if len(self.answered) < self.refusals else b"200"
+            text = b"conformance check: not now" if status == b"500" else b"OK"
+            self.answered.append((time.monotonic(), status))  # (before the reply: the client acts on the reply)
+            self._socket.send_multipart([b"1.0", request[1], status, text, b"", b""])
+
+    def close(self) -> None:
+        """Stop answering and close the handler's socket (waits at most 2 s for its thread)."""
+        self._stop.set()
+        self._thread.join(2.0)
+        self._socket.close(linger=0)

@@ -10,7 +10,6 @@ stepped as PROTOCOL.md §5.4 says a client steps its envs. Every wait is bounded
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import zmq
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
@@ -33,6 +31,7 @@ from gym_remote.conformance.scripted import (
     Received,
     Result,
     ScriptedServer,
+    ZapGatekeeper,
     leaf_names,
 )
 from gym_remote.conformance.subject import ClientProcess
@@ -1392,42 +1391,12 @@ def check_learner_back(context: Context) -> None:
         client.compare(second.parse_result(received, NUM_ENVS), client.reference.reset(SEEDS), None, "the RESET")
 
 
-class _Gatekeeper:
-    """A ZAP handler (RFC 27) in a scripted server's context: answers the first ``refusals`` handshakes with status
-    500 ("not now") and the others with 200, and notes when it answered."""
-
-    def __init__(self, server: ScriptedServer, refusals: int = 1) -> None:
-        self.refusals = refusals
-        self.answered: list[tuple[float, bytes]] = []
-        self._socket = server.context.socket(zmq.REP)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.bind("inproc://zeromq.zap.01")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="conformance-zap", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            if not self._socket.poll(50):
-                continue
-            request = self._socket.recv_multipart()
-            status = b"500" if len(self.answered) < self.refusals else b"200"
-            text = b"conformance check: not now" if status == b"500" else b"OK"
-            self._socket.send_multipart([b"1.0", request[1], status, text, b"", b""])
-            self.answered.append((time.monotonic(), status))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-        self._socket.close(linger=0)
-
-
 def check_zap_not_now(context: Context) -> None:
     """ZAP status 500 ("not now", PROTOCOL.md §12.4): the client neither stops nor retries at once (as libzmq's
     own reconnection would, 0.1 s later) but waits 0.5 to 2 s, connects again and joins."""
     endpoint = context.endpoint()
     with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout, zap_domain=b"gym_remote") as server:
-        gatekeeper = _Gatekeeper(server)
+        gatekeeper = ZapGatekeeper(server)
         try:
             process = server.watch(context.start_client(endpoint, NUM_ENVS))
             why = (
