@@ -9,6 +9,7 @@ Flaws:
 * ``no-bye``: CLOSE is not answered with BYE;
 * ``value-actions-of-env-0``: a STEP with FLAG_VALUE steps every env with the first env's action;
 * ``any-version``: a command of another protocol version is taken for one of this version;
+* ``strict-flags``: a message with a flag bit the protocol does not define is refused as malformed;
 * ``unpickles``: tag ``p`` is read (unpickled) outside the trusted mode;
 * ``flat-object-arrays``: tag ``o`` arrays are read without their shape;
 * ``own-spaces``: the array layouts follow the client's own env's spaces, not WELCOME's;
@@ -24,6 +25,7 @@ import sys
 from types import SimpleNamespace
 
 from gym_remote import cli, client, codec, protocol
+from gym_remote.errors import ProtocolError
 from gym_remote.links import zeromq
 
 
@@ -65,6 +67,21 @@ def value_actions_of_env_0() -> None:
 def any_version() -> None:
     parse_header = protocol.parse_header
     protocol.parse_header = lambda frame: parse_header(frame)._replace(version=protocol.PROTOCOL_VERSION)
+
+
+def strict_flags() -> None:
+    parse_header = protocol.parse_header
+    known = (
+        protocol.FLAG_VALUE | protocol.FLAG_DTYPES | protocol.FLAG_SUBSET | protocol.FLAG_CROWDED | protocol.FLAG_EACH
+    )
+
+    def strict(frame):
+        header = parse_header(frame)
+        if header.flags & ~known:
+            raise ProtocolError(f"unknown flags {header.flags:#x}")
+        return header
+
+    protocol.parse_header = strict
 
 
 def unpickles() -> None:
@@ -113,6 +130,7 @@ FLAWS = {
     "no-bye": no_bye,
     "value-actions-of-env-0": value_actions_of_env_0,
     "any-version": any_version,
+    "strict-flags": strict_flags,
     "unpickles": unpickles,
     "flat-object-arrays": flat_object_arrays,
     "own-spaces": own_spaces,

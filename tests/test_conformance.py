@@ -63,6 +63,7 @@ def test_a_client_without_heartbeats_fails_the_lifecycle_check_naming_them():
     [
         ("value-actions-of-env-0", "STEP with FLAG_VALUE", "STEP with FLAG_VALUE, actions as Python tuples"),
         ("any-version", "malformed headers and frames are refused", "a RESET with header version 3"),
+        ("strict-flags", "malformed headers and frames are refused", "a RESET with the flag bit 15"),
         ("unpickles", "values a client must refuse get ERROR", "a pickle (tag p) to a client not in trusted mode"),
         ("flat-object-arrays", "optional tags o, S, g are read exactly or refused", "tag 'o'"),
         ("own-spaces", "WELCOME's spaces set the array layouts", "the client must use WELCOME's single spaces"),

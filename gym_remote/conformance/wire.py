@@ -746,39 +746,34 @@ def check_malformed_commands(context: Context) -> None:
 # -- malformed messages and values a client must refuse ---------------------------------------------
 
 
-def _after_malformed(client: Driven, seq: int, what: str, rule: str, *, silent_ok: bool, answer_ok: bool) -> None:
-    """Read what the client made of the malformed message ``what`` (seq ``seq``), then the RESULT of a valid RESET
-    sent right after it (so that a client that says nothing is told apart from one that hangs).
+def _after_malformed(client: Driven, seq: int, what: str, rule: str, answer: str) -> None:
+    """Read the client's answer to the malformed message ``what`` (seq ``seq``), then the RESULT of a valid RESET
+    sent right after it (the client keeps serving).
 
-    Allowed: an ERROR echoing ``seq`` or 0; nothing, if ``silent_ok``; a RESULT as if the message were a valid
-    RESET for every env, if ``answer_ok``.
+    ``answer``: ``"ERROR seq 0"`` (nothing in the header can be trusted), ``"ERROR"`` (echoing ``seq``), or
+    ``"RESULT"`` (the message is handled as the valid RESET it would be without what is wrong).
     """
     server = client.server
     follow = server.send_reset(SEEDS)
-    allowed = "an ERROR echoing its seq (or 0)"
-    allowed += ", or nothing" if silent_ok else ""
-    allowed += ", or a RESULT as if the flag were not set" if answer_ok else ""
-    because = f"PROTOCOL.md {rule}; the client must answer {allowed}, and keep serving (§8, §11)"
+    because = f"PROTOCOL.md {rule}; the client answers it with {answer} and keeps serving (§2.1, §8, §11)"
     received = server.receive(REPLY_SECONDS, stop_on_exit=True)
-    if received is None:
+    wanted_seq = 0 if answer == "ERROR seq 0" else seq
+    wanted_kind = Kind.RESULT if answer == "RESULT" else Kind.ERROR
+    if received is None or received.kind != wanted_kind or received.seq != wanted_seq:
+        got = f"nothing within {REPLY_SECONDS:g} s" if received is None else received.describe()
         raise server.fail(
-            f"after {what} and a valid RESET (seq {follow}), nothing came within {REPLY_SECONDS:g} s ({because})"
+            f"after {what} (seq {seq}) and a valid RESET (seq {follow}), the client sent {got} ({because})"
         )
-    answered = answer_ok and received.kind == Kind.RESULT and received.seq == seq
-    if answered:
+    if answer == "RESULT":
         client.compare(server.parse_result(received, NUM_ENVS), client.reference.reset(SEEDS), None, what)
-    elif not (received.kind == Kind.ERROR and received.seq in (seq, 0)):
-        if not (silent_ok and received.kind == Kind.RESULT and received.seq == follow):
-            raise server.fail(f"after {what}, the client sent {received.describe()} ({because})")
-        client.compare(server.parse_result(received, NUM_ENVS), client.reference.reset(SEEDS), None, what)
-        return
     result = client.answer(follow, NUM_ENVS, f"the valid RESET after {what} ({because})")
     client.compare(result, client.reference.reset(SEEDS), None, f"the valid RESET after {what}")
 
 
 def check_malformed_frames(context: Context) -> None:
-    """Headers a client must not take for commands: short, without the magic, another version, a routing id in
-    front of the header, a frame twice, a missing value section; and flags it does not know (answered or ERROR)."""
+    """Headers a client must not take for commands: short or without the magic (ERROR, seq 0), a routing id in
+    front of the header (ERROR, seq 0), another version, a frame twice, a missing value section (ERROR echoing the
+    seq); flags it does not know, or on a kind they are not for, are ignored (a RESULT)."""
     with joined(context) as client:
         server = client.server
         client.reset(SEEDS)
@@ -790,68 +785,63 @@ def check_malformed_frames(context: Context) -> None:
             frames[0] = protocol.HEADER.pack(protocol.MAGIC, version, Kind.RESET, flags, NUM_ENVS, seq)
             return frames
 
-        cases: list[tuple[str, str, Callable[[int], list[Any]], bool, bool]] = [
+        cases: list[tuple[str, str, Callable[[int], list[Any]], str]] = [
             (
                 "a RESET whose header frame is cut to 10 bytes",
-                "§2.1: a frame shorter than 16 bytes is malformed",
+                "§2.1: a frame shorter than 16 bytes is malformed, and nothing in it can be trusted, its seq included",
                 lambda seq: [reset_frames(seq)[0][:10], *reset_frames(seq)[1:]],
-                True,
-                False,
+                "ERROR seq 0",
             ),
             (
                 "a RESET whose header starts with b'XR' instead of the magic b'GR'",
-                "§2.1: a frame without the magic is malformed",
+                "§2.1: a frame without the magic is malformed, and nothing in it can be trusted, its seq included",
                 lambda seq: [b"XR" + reset_frames(seq)[0][2:], *reset_frames(seq)[1:]],
-                True,
-                False,
+                "ERROR seq 0",
             ),
             (
                 "a RESET with a routing id frame in front of its header (an interrupted send, §14)",
-                "§14: such a command is malformed, and the client answers ERROR and keeps serving",
+                "§14: such a command is malformed, and the client answers ERROR and keeps serving; its frame 0 has no "
+                "magic, so no seq can be read (§2.1)",
                 lambda seq: [b"0123456789abcdef0123456789abcdef", *reset_frames(seq)],
-                False,
-                False,
+                "ERROR seq 0",
             ),
             (
                 "a RESET with header version 3",
-                "§7, §10: a command of another version is not one of this version's commands",
+                "§2.1, §10: a command of another version is not read on (the 16 header bytes keep their layout in "
+                "every version, so its seq can be echoed)",
                 lambda seq: reset_frames(seq, version=3),
-                True,
-                False,
+                "ERROR",
             ),
             (
                 "a RESET with FLAG_VALUE and no value section",
                 "§2: the value section is present iff flags & FLAG_VALUE",
                 lambda seq: reset_frames(seq)[:1],
-                False,
-                False,
+                "ERROR",
             ),
             (
                 "a STEP whose last action frame arrives twice (an interrupted send, §14)",
                 "§5.4, §14: one array frame per leaf; such a command is malformed",
                 lambda seq: (lambda frames: [*frames, frames[-1]])(server.step_frames(seq, probe_actions(1, NUM_ENVS))),
-                False,
-                False,
+                "ERROR",
             ),
             (
                 "a RESET with the flag bit 15, which no version defines",
-                "§2.1: other bits are 0",
+                "§2.1: senders set other bits to 0; a receiver ignores bits it does not know (the message is "
+                "handled as if they were 0), so that a hint such as FLAG_CROWDED can be added within a version",
                 lambda seq: reset_frames(seq, flags=protocol.FLAG_VALUE | 0x8000),
-                False,
-                True,
+                "RESULT",
             ),
             (
                 "a RESET with FLAG_DTYPES, a flag for STEP only",
-                "§2.1: FLAG_DTYPES is for STEP only",
+                "§2.1: FLAG_DTYPES is for STEP only; a defined flag on a kind it is not defined for is ignored",
                 lambda seq: reset_frames(seq, flags=protocol.FLAG_VALUE | protocol.FLAG_DTYPES),
-                False,
-                True,
+                "RESULT",
             ),
         ]
-        for what, rule, frames_for, silent_ok, answer_ok in cases:
+        for what, rule, frames_for, answer in cases:
             seq = server.next_seq()
             server.send_raw(frames_for(seq), f"seq {seq}: {what}")
-            _after_malformed(client, seq, what, rule, silent_ok=silent_ok, answer_ok=answer_ok)
+            _after_malformed(client, seq, what, rule, answer)
         client.step(probe_actions(1, NUM_ENVS), what="a STEP after the malformed messages (the client keeps serving)")
 
 
