@@ -17,15 +17,26 @@ Flaws:
   (``InvalidDataException``, ``System.IO``), not ``ProtocolError`` of ``gym_remote.errors`` (PROTOCOL.md §8);
 * ``equal-keys-kept``: a ``d`` value whose keys are equal under Python's ``==`` is read as Python's dict
   would build it (the first key, the last value), not refused (PROTOCOL.md §3.1).
+* ``value-actions-of-env-0``: a STEP with FLAG_VALUE steps every env with the first env's action;
+* ``any-version``: a command of another protocol version is taken for one of this version;
+* ``strict-flags``: a message with a flag bit the protocol does not define is refused as malformed;
+* ``unpickles``: tag ``p`` is read (unpickled) outside the trusted mode;
+* ``flat-object-arrays``: tag ``o`` arrays are read without their shape;
+* ``own-spaces``: the array layouts follow the client's own env's spaces, not WELCOME's;
+* ``set-attr-ignores-subset``: SET_ATTR with FLAG_SUBSET sets envs 0, 1, ... instead of the index frame's;
+* ``hello-once``: a HELLO that gets no answer is never said again;
+* ``no-rejoin``: a client that loses its server exits instead of joining it again;
+* ``zap-at-once``: after a ZAP status 500 the client connects again at once.
 """
 
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import gymnasium as gym
 
-from gym_remote import cli, client, codec, probe, security
+from gym_remote import cli, client, codec, probe, protocol, security
 from gym_remote.errors import ProtocolError
 from gym_remote.links import zeromq
 
@@ -99,6 +110,76 @@ def equal_keys_kept() -> None:
     codec._Decoder._HANDLERS["d"] = _dict
 
 
+def value_actions_of_env_0() -> None:
+    read_actions = client.EnvClient._read_actions
+
+    def _read_actions(self, hosted, header, frame, indexes, message):
+        actions = read_actions(self, hosted, header, frame, indexes, message)
+        return [actions[0]] * len(actions) if header.flags & protocol.FLAG_VALUE else actions
+
+    client.EnvClient._read_actions = _read_actions
+
+
+def any_version() -> None:
+    parse_header = protocol.parse_header
+    protocol.parse_header = lambda frame: parse_header(frame)._replace(version=protocol.PROTOCOL_VERSION)
+
+
+def strict_flags() -> None:
+    parse_header = protocol.parse_header
+    known = (
+        protocol.FLAG_VALUE | protocol.FLAG_DTYPES | protocol.FLAG_SUBSET | protocol.FLAG_CROWDED | protocol.FLAG_EACH
+    )
+
+    def strict(frame):
+        header = parse_header(frame)
+        if header.flags & ~known:
+            raise ProtocolError(f"unknown flags {header.flags:#x}")
+        return header
+
+    protocol.parse_header = strict
+
+
+def unpickles() -> None:
+    read_value = protocol.read_value
+    protocol.read_value = lambda frames, allow_pickle=False: read_value(frames, allow_pickle=True)
+
+
+def flat_object_arrays() -> None:
+    object_array = codec._Decoder._HANDLERS["o"]
+    codec._Decoder._HANDLERS["o"] = lambda self, tree, depth: object_array(self, tree, depth).reshape(-1)
+
+
+def own_spaces() -> None:
+    configure = client.HostedEnvs.configure
+
+    def _configure(self, observation_space, action_space, *args, **kwargs):
+        configure(self, self.envs[0].observation_space, action_space, *args, **kwargs)
+
+    client.HostedEnvs.configure = _configure
+
+
+def set_attr_ignores_subset() -> None:
+    set_attr = client.HostedEnvs.set_attr
+
+    def _set_attr(self, name, values, indexes=None, outermost=False):
+        set_attr(self, name, values, None if indexes is None else list(range(len(indexes))), outermost)
+
+    client.HostedEnvs.set_attr = _set_attr
+
+
+def hello_once() -> None:
+    client.HELLO_REPEAT_SECONDS = 1e9
+
+
+def no_rejoin() -> None:
+    client.EnvClient.reconnect = property(lambda self: False, lambda self, value: None)
+
+
+def zap_at_once() -> None:
+    client.random = SimpleNamespace(uniform=lambda low, high: 0.0)  # type: ignore[assignment]
+
+
 FLAWS = {
     "floats-as-ints": floats_as_ints,
     "no-heartbeats": no_heartbeats,
@@ -108,6 +189,16 @@ FLAWS = {
     "secret-bom-kept": secret_bom_kept,
     "host-error-names": host_error_names,
     "equal-keys-kept": equal_keys_kept,
+    "value-actions-of-env-0": value_actions_of_env_0,
+    "any-version": any_version,
+    "strict-flags": strict_flags,
+    "unpickles": unpickles,
+    "flat-object-arrays": flat_object_arrays,
+    "own-spaces": own_spaces,
+    "set-attr-ignores-subset": set_attr_ignores_subset,
+    "hello-once": hello_once,
+    "no-rejoin": no_rejoin,
+    "zap-at-once": zap_at_once,
 }
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ ONE_PLANE_MODULES = {
     "test_cli",
     "test_codec",
     "test_commands",
+    "test_conformance_document",
     "test_conformance_units",
     "test_cpp_client",
     "test_csharp",

@@ -30,10 +30,17 @@ def importable_tests(monkeypatch):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("group", [group for group in GROUPS if group != "wire"])
 def test_the_python_client_passes(group):
     report = run(PYTHON_CLIENT, groups=[group])
     assert report.results and report.passed, report.text()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.alternate_planes  # the wire checks' scripted server offers no data channel: one plane tells all
+@pytest.mark.parametrize("group", ["wire"])
+def test_the_python_client_passes_the_wire_checks(group):
+    test_the_python_client_passes(group)
 
 
 def failure(report, name: str):
@@ -85,6 +92,27 @@ def test_a_client_without_heartbeats_fails_the_lifecycle_check_naming_them():
     name = "the client's heartbeats notice a silent server, and it rejoins"
     result = failure(run(broken_client("no-heartbeats"), names=[name]), name)
     assert "ZMQ_HEARTBEAT_IVL" in result.message and "§8.1" in result.message
+
+
+@pytest.mark.alternate_planes  # (the scripted server speaks ZeroMQ alone: the plane does not matter)
+@pytest.mark.parametrize(
+    ("flaw", "name", "said"),
+    [
+        ("value-actions-of-env-0", "STEP with FLAG_VALUE", "STEP with FLAG_VALUE, actions as Python tuples"),
+        ("any-version", "malformed headers and frames are refused", "a RESET with header version 3"),
+        ("strict-flags", "malformed headers and frames are refused", "a RESET with the flag bit 15"),
+        ("unpickles", "values a client must refuse get ERROR", "a pickle (tag p) to a client not in trusted mode"),
+        ("flat-object-arrays", "optional tags o, S, g are read exactly or refused", "tag 'o'"),
+        ("own-spaces", "WELCOME's spaces set the array layouts", "the client must use WELCOME's single spaces"),
+        ("set-attr-ignores-subset", "FLAG_SUBSET commands", "CALL mark after SET_ATTR for envs [2, 0]"),
+        ("hello-once", "an unanswered HELLO is said again", "sends the same HELLO again"),
+        ("no-rejoin", "a learner back after a while is rejoined", "reconnects with backoff"),
+        ("zap-at-once", "ZAP status 500: wait, then connect again", "wait 0.5-2 s and connect again"),
+    ],
+)
+def test_a_client_with_a_flaw_fails_the_wire_check_for_it_saying_what_it_did(flaw, name, said):
+    result = failure(run(broken_client(flaw), names=[name]), name)
+    assert said in result.message, result.message
 
 
 def test_the_command_line_writes_a_json_report_and_exits_by_the_result(tmp_path):

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ __all__ = [
     "Received",
     "Result",
     "ScriptedServer",
+    "ZapGatekeeper",
     "leaf_names",
 ]
 
@@ -161,22 +163,21 @@ class ScriptedServer:
     Args:
         endpoint: where to bind, e.g. ``context.endpoint()``.
         liveness_timeout: the heartbeat timeout, as the client under test is given.
+        zap_domain: a ZAP domain, so that a check's own ZAP handler (in :attr:`context`) decides every handshake.
     """
 
-    def __init__(self, endpoint: str, *, liveness_timeout: float = 2.0) -> None:
+    def __init__(self, endpoint: str, *, liveness_timeout: float = 2.0, zap_domain: bytes | None = None) -> None:
         if not is_local_endpoint(endpoint):
             raise ValueError(f"the scripted server binds only loopback or ipc endpoints, not {endpoint!r}")
         self.endpoint = endpoint
         self.liveness_timeout = float(liveness_timeout)
         self.max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES
         self.observation_space, self.action_space = probe_spaces()
-        observation_leaves = codec.array_leaf_spaces(self.observation_space)
+        self.use_observation_space(self.observation_space)
         action_leaves = codec.array_leaf_spaces(self.action_space)
-        if observation_leaves is None or action_leaves is None:
-            raise ValueError("the scripted server's spaces (probe_spaces()) must be array spaces")
-        self.observation_leaves = observation_leaves
+        if action_leaves is None:
+            raise ValueError("the scripted server's action space (probe_spaces()) must be an array space")
         self.action_leaves = action_leaves
-        self.observation_names = leaf_names(self.observation_space)
         self.peer: bytes | None = None
         """The routing id commands go to and replies must come from (set by :meth:`expect_hello`)."""
         self.hosted = 0
@@ -191,6 +192,8 @@ class ScriptedServer:
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         sock.setsockopt(zmq.SNDTIMEO, 1000)
         set_heartbeats(sock, self.liveness_timeout)
+        if zap_domain is not None:  # libzmq then asks a ZAP handler in self.context about every handshake
+            sock.setsockopt(zmq.ZAP_DOMAIN, zap_domain)
         try:
             sock.bind(endpoint)
         except zmq.ZMQError as error:
@@ -198,6 +201,15 @@ class ScriptedServer:
             terminate(self.context, 2.0)
             raise OSError(f"the scripted server cannot bind {endpoint!r}: {error}") from None
         self.socket = sock
+
+    def use_observation_space(self, space: spaces.Space) -> None:
+        """Send ``space`` in WELCOME as the vector's observation space, and read RESULTs in its layout."""
+        leaves = codec.array_leaf_spaces(space)
+        if leaves is None:
+            raise ValueError(f"the scripted server's observation space must be an array space, not {space}")
+        self.observation_space = space
+        self.observation_leaves = leaves
+        self.observation_names = leaf_names(space)
 
     def __enter__(self) -> ScriptedServer:
         return self
@@ -620,3 +632,35 @@ class ScriptedServer:
     def send_error(self, message: str) -> None:
         """Send the server's ERROR (seq 0), as for a malformed message (PROTOCOL.md §8)."""
         self.send(Kind.ERROR, {"type": "ProtocolError", "message": message, "traceback": "", "index": None})
+
+
+class ZapGatekeeper:
+    """A ZAP handler (RFC 27) in the context of a scripted server made with a ``zap_domain``: answers the first
+    ``refusals`` handshakes with status 500 ("not now") and the others with 200, and notes when it answered.
+    Close it before the server."""
+
+    def __init__(self, server: ScriptedServer, refusals: int = 1) -> None:
+        self.refusals = refusals
+        self.answered: list[tuple[float, bytes]] = []
+        self._socket = server.context.socket(zmq.REP)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.bind("inproc://zeromq.zap.01")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="conformance-zap", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._socket.poll(50):
+                continue
+            request = self._socket.recv_multipart()
+            status = b"500" if len(self.answered) < self.refusals else b"200"
+            text = b"conformance check: not now" if status == b"500" else b"OK"
+            self.answered.append((time.monotonic(), status))  # (before the reply: the client acts on the reply)
+            self._socket.send_multipart([b"1.0", request[1], status, text, b"", b""])
+
+    def close(self) -> None:
+        """Stop answering and close the handler's socket (waits at most 2 s for its thread)."""
+        self._stop.set()
+        self._thread.join(2.0)
+        self._socket.close(linger=0)

@@ -23,6 +23,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 from gym_remote import codec, protocol
 from gym_remote.conformance.check import Check, Context
 from gym_remote.conformance.reference import describe, difference, preview, same_number
+from gym_remote.conformance.report import CheckFailed
 from gym_remote.conformance.scripted import (
     ABSENT,
     HELLO_SECONDS,
@@ -30,6 +31,7 @@ from gym_remote.conformance.scripted import (
     Received,
     Result,
     ScriptedServer,
+    ZapGatekeeper,
     leaf_names,
 )
 from gym_remote.conformance.subject import ClientProcess
@@ -239,6 +241,15 @@ class Driven:
         self.compare(result, self.reference.step(action_rows(actions), indexes), indexes, what)
         return result
 
+    def step_values(self, actions: Sequence[Any], *, indexes: Sequence[int] | None = None, what: str) -> Result:
+        """Send STEP in form 3 (FLAG_VALUE: ``{"actions": [...]}``), expect its RESULT and compare it."""
+        server = self.server
+        count = len(actions)
+        seq = server.send(Kind.STEP, {"actions": list(actions)}, seq=server.next_seq(), count=count, indexes=indexes)
+        result = self.answer(seq, count, f"{what}; PROTOCOL.md §5.4: a STEP is answered by a RESULT")
+        self.compare(result, self.reference.step(actions, indexes), indexes, what)
+        return result
+
     def answer(self, seq: int, count: int, why: str) -> Result:
         return self.server.parse_result(self.server.expect(Kind.RESULT, seq=seq, why=why), count)
 
@@ -355,11 +366,15 @@ def joined(
     num_envs: int = 8,
     autoreset_mode: str = "NextStep",
     reset_first: bool = False,
+    observation_space: spaces.Dict | None = None,
     **welcome: Any,
 ) -> Iterator[Driven]:
-    """A client of :data:`NUM_ENVS` probes started against a scripted server, and welcomed."""
+    """A client of :data:`NUM_ENVS` probes started against a scripted server, and welcomed (with
+    ``observation_space`` as the vector's single observation space, if given)."""
     endpoint = context.endpoint()
     with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as server:
+        if observation_space is not None:
+            server.use_observation_space(observation_space)
         process = server.watch(context.start_client(endpoint, NUM_ENVS))
         logger.debug("wire check: %s started for the scripted server at %s", process, endpoint)
         hello = server.expect_hello(count=NUM_ENVS)
@@ -525,9 +540,19 @@ def check_same_step(context: Context) -> None:
             client.step(probe_actions(step, NUM_ENVS), what=f"STEP number {step} (SameStep)")
 
 
+STEP_DTYPE_LISTINGS = (
+    ["<i2", "<f4", "|u1"],
+    ["|u1", "<f8", "<u2"],
+    ["<u2", "<f4", "<u4"],
+    ["<u4", "<f8", "<u8"],
+    ["<u8", "<f4", "<i2"],
+)
+"""FLAG_DTYPES listings that, with the check's first two, put every core dtype in a STEP's array frames."""
+
+
 def check_step_dtypes(context: Context) -> None:
-    """FLAG_DTYPES: actions in the listed dtypes (float64 for the Box leaf, int32, bool) give the results
-    the Python probes give for the same actions; also together with FLAG_SUBSET."""
+    """FLAG_DTYPES: actions in the listed dtypes (float64 for the Box leaf, int32, bool, and every other core
+    dtype) give the results the Python probes give for the same actions; also together with FLAG_SUBSET."""
     with joined(context) as client:
         client.reset(SEEDS)
         client.step(
@@ -545,6 +570,31 @@ def check_step_dtypes(context: Context) -> None:
             indexes=[1],
             dtypes=["<i8", "<f8", "|i1"],
             what="STEP with FLAG_DTYPES and FLAG_SUBSET for env 1",
+        )
+        for step, dtypes in enumerate(STEP_DTYPE_LISTINGS, 4):
+            actions = probe_actions(step, NUM_ENVS)
+            if np.dtype(dtypes[0]).kind == "u":
+                actions[0] = np.abs(actions[0])  # (a direction of -1 has no unsigned form)
+            listed = [np.ascontiguousarray(leaf, dtype=dtype) for leaf, dtype in zip(actions, dtypes)]
+            client.step(listed, dtypes=dtypes, what=f"STEP with FLAG_DTYPES {dtypes} (core dtypes, §3.4)")
+        client.step(probe_actions(4 + len(STEP_DTYPE_LISTINGS), NUM_ENVS), what="a plain STEP after them")
+
+
+def check_step_values(context: Context) -> None:
+    """FLAG_VALUE (form 3): actions as values, Python tuples and lists or numpy arrays of other dtypes, give the
+    results the Python probes give for the same actions; also together with FLAG_SUBSET."""
+    with joined(context) as client:
+        client.reset(SEEDS)
+        python_actions = [(1, [0.5, -0.25], [1, 0]), (0, (0.1, 0.2), (0, 1)), (-1, [-1.0, 1.0], [1, 1])]
+        client.step_values(python_actions, what="STEP with FLAG_VALUE, actions as Python tuples and lists")
+        numpy_actions = [
+            (np.int32(-1), np.array([0.125, 0.75], dtype="<f8"), np.array([True, False])),
+            (np.int64(1), np.array([-0.5, 0.0], dtype="<f4"), np.array([0, 1], dtype="|u1")),
+            (np.int16(0), np.array([1.0, -1.0], dtype="<f8"), np.array([1, 1], dtype="<i8")),
+        ]
+        client.step_values(numpy_actions, what="STEP with FLAG_VALUE, actions as numpy arrays of other dtypes")
+        client.step_values(
+            [(1, [0.25, 0.25], [0, 0])], indexes=[2], what="STEP with FLAG_VALUE and FLAG_SUBSET for env 2"
         )
         client.step(probe_actions(4, NUM_ENVS), what="a plain STEP after them")
 
@@ -572,7 +622,8 @@ def check_queued_commands(context: Context) -> None:
 
 
 def check_subsets(context: Context) -> None:
-    """FLAG_SUBSET: RESET, STEP and CALL for envs [2, 0] cover those envs in that order; env 1 is untouched."""
+    """FLAG_SUBSET: RESET, STEP, CALL and SET_ATTR for envs [2, 0] cover those envs in that order; env 1 is
+    untouched."""
     with joined(context) as client:
         rule = "PROTOCOL.md §5.5: everything per env follows the order of the index frame; the other envs are untouched"
 
@@ -590,6 +641,11 @@ def check_subsets(context: Context) -> None:
         client.step(probe_actions(2, 2), indexes=[2, 0], what="STEP with FLAG_SUBSET for envs [2, 0]")
         seeds_are([21, 22], indexes=[2, 0])
         seeds_are([SEEDS[1]], indexes=[1])
+        _set_attr(client.server, "mark", ["a", "b", "c"])
+        _set_attr(client.server, "mark", ["z", ("x",)], indexes=[2, 0])
+        found = difference(client.call("mark"), [("x",), "b", "z"], "CALL mark after SET_ATTR for envs [2, 0]")
+        if found:
+            raise client.server.fail(f"{found} ({rule})")
         client.step(
             probe_actions(3, NUM_ENVS),
             what="a STEP for all envs after them (env 1 must not have been stepped or reset by the subset commands)",
@@ -687,10 +743,262 @@ def check_malformed_commands(context: Context) -> None:
             client.reset(SEEDS, what=f"a valid RESET after {description} (the client keeps serving, §8)")
 
 
+# -- malformed messages and values a client must refuse ---------------------------------------------
+
+
+def _after_malformed(client: Driven, seq: int, what: str, rule: str, answer: str) -> None:
+    """Read the client's answer to the malformed message ``what`` (seq ``seq``), then the RESULT of a valid RESET
+    sent right after it (the client keeps serving).
+
+    ``answer``: ``"ERROR seq 0"`` (nothing in the header can be trusted), ``"ERROR"`` (echoing ``seq``), or
+    ``"RESULT"`` (the message is handled as the valid RESET it would be without what is wrong).
+    """
+    server = client.server
+    follow = server.send_reset(SEEDS)
+    because = f"PROTOCOL.md {rule}; the client answers it with {answer} and keeps serving (§2.1, §8, §11)"
+    received = server.receive(REPLY_SECONDS, stop_on_exit=True)
+    wanted_seq = 0 if answer == "ERROR seq 0" else seq
+    wanted_kind = Kind.RESULT if answer == "RESULT" else Kind.ERROR
+    if received is None or received.kind != wanted_kind or received.seq != wanted_seq:
+        got = f"nothing within {REPLY_SECONDS:g} s" if received is None else received.describe()
+        raise server.fail(
+            f"after {what} (seq {seq}) and a valid RESET (seq {follow}), the client sent {got} ({because})"
+        )
+    if answer == "RESULT":
+        client.compare(server.parse_result(received, NUM_ENVS), client.reference.reset(SEEDS), None, what)
+    result = client.answer(follow, NUM_ENVS, f"the valid RESET after {what} ({because})")
+    client.compare(result, client.reference.reset(SEEDS), None, f"the valid RESET after {what}")
+
+
+def check_malformed_frames(context: Context) -> None:
+    """Headers a client must not take for commands: short or without the magic (ERROR, seq 0), a routing id in
+    front of the header (ERROR, seq 0), another version, a frame twice, a missing value section (ERROR echoing the
+    seq); flags it does not know, or on a kind they are not for, are ignored (a RESULT)."""
+    with joined(context) as client:
+        server = client.server
+        client.reset(SEEDS)
+
+        def reset_frames(
+            seq: int, *, flags: int = protocol.FLAG_VALUE, version: int = protocol.PROTOCOL_VERSION
+        ) -> list[Any]:
+            frames = protocol.message(Kind.RESET, {"seeds": list(SEEDS)}, seq=seq, count=NUM_ENVS)
+            frames[0] = protocol.HEADER.pack(protocol.MAGIC, version, Kind.RESET, flags, NUM_ENVS, seq)
+            return frames
+
+        cases: list[tuple[str, str, Callable[[int], list[Any]], str]] = [
+            (
+                "a RESET whose header frame is cut to 10 bytes",
+                "§2.1: a frame shorter than 16 bytes is malformed, and nothing in it can be trusted, its seq included",
+                lambda seq: [reset_frames(seq)[0][:10], *reset_frames(seq)[1:]],
+                "ERROR seq 0",
+            ),
+            (
+                "a RESET whose header starts with b'XR' instead of the magic b'GR'",
+                "§2.1: a frame without the magic is malformed, and nothing in it can be trusted, its seq included",
+                lambda seq: [b"XR" + reset_frames(seq)[0][2:], *reset_frames(seq)[1:]],
+                "ERROR seq 0",
+            ),
+            (
+                "a RESET with a routing id frame in front of its header (an interrupted send, §14)",
+                "§14: such a command is malformed, and the client answers ERROR and keeps serving; its frame 0 has no "
+                "magic, so no seq can be read (§2.1)",
+                lambda seq: [b"0123456789abcdef0123456789abcdef", *reset_frames(seq)],
+                "ERROR seq 0",
+            ),
+            (
+                "a RESET with header version 3",
+                "§2.1, §10: a command of another version is not read on (the 16 header bytes keep their layout in "
+                "every version, so its seq can be echoed)",
+                lambda seq: reset_frames(seq, version=3),
+                "ERROR",
+            ),
+            (
+                "a RESET with FLAG_VALUE and no value section",
+                "§2: the value section is present iff flags & FLAG_VALUE",
+                lambda seq: reset_frames(seq)[:1],
+                "ERROR",
+            ),
+            (
+                "a STEP whose last action frame arrives twice (an interrupted send, §14)",
+                "§5.4, §14: one array frame per leaf; such a command is malformed",
+                lambda seq: (lambda frames: [*frames, frames[-1]])(server.step_frames(seq, probe_actions(1, NUM_ENVS))),
+                "ERROR",
+            ),
+            (
+                "a RESET with the flag bit 15, which no version defines",
+                "§2.1: senders set other bits to 0; a receiver ignores bits it does not know (the message is "
+                "handled as if they were 0), so that a hint such as FLAG_CROWDED can be added within a version",
+                lambda seq: reset_frames(seq, flags=protocol.FLAG_VALUE | 0x8000),
+                "RESULT",
+            ),
+            (
+                "a RESET with FLAG_DTYPES, a flag for STEP only",
+                "§2.1: FLAG_DTYPES is for STEP only; a defined flag on a kind it is not defined for is ignored",
+                lambda seq: reset_frames(seq, flags=protocol.FLAG_VALUE | protocol.FLAG_DTYPES),
+                "RESULT",
+            ),
+        ]
+        for what, rule, frames_for, answer in cases:
+            seq = server.next_seq()
+            server.send_raw(frames_for(seq), f"seq {seq}: {what}")
+            _after_malformed(client, seq, what, rule, answer)
+        client.step(probe_actions(1, NUM_ENVS), what="a STEP after the malformed messages (the client keeps serving)")
+
+
+def _send_set_attr_body(server: ScriptedServer, body: bytes, buffers: Sequence[bytes], what: str) -> int:
+    """Send SET_ATTR for every env with the raw value section ``body``, ``buffers``; returns its seq."""
+    seq = server.next_seq()
+    header = protocol.pack_header(Kind.SET_ATTR, seq, NUM_ENVS, protocol.FLAG_VALUE)
+    server.send_raw([header, body, *buffers], f"SET_ATTR seq {seq}: {what}")
+    return seq
+
+
+def _set_attr_body(name: str, values_json: str) -> bytes:
+    """The body of a SET_ATTR of ``name`` whose ``values`` list holds the raw JSON ``values_json``."""
+    return f'{{"name":"{name}","values":["l",{values_json}]}}'.encode()
+
+
+def _nested(levels: int) -> str:
+    """A value nested ``levels`` lists deep around 0 (each list tagged, so a level of its own)."""
+    return '["l",' * levels + "0" + "]" * levels
+
+
+INVALID_VALUES: list[tuple[str, str, str, list[bytes]]] = [
+    ("§3.1: numbers that overflow are invalid", "a float that overflows (1e400)", "1e400", []),
+    ("§3.1: bare NaN/Infinity tokens are invalid", "a bare NaN token", "NaN", []),
+    ("§3.1: plain (untagged) JSON arrays are invalid", "an untagged array [1, 2]", "[1,2]", []),
+    ("§3.2: a tag no version has is not a value", "the unknown tag 'z'", '["z",1]', []),
+    (
+        "§3.1: nesting deeper than 64 levels is invalid",
+        "a list nested 63 deep in a value (the body's object is at level 0, its 'values' at 1, each value at 2: the "
+        "innermost list is at level 64)",
+        _nested(63),
+        [],
+    ),
+    ("§3.2: keys of tag d must be hashable", "a dict (tag d) whose key is a list", '["d",["l",1],2]', []),
+    ("§3.2: a number that does not fit the dtype is invalid", "the scalar ['s', '|u1', 256]", '["s","|u1",256]', []),
+    (
+        "§3.2: a number that does not fit the dtype is invalid",
+        "the scalar ['s', '<f4', 1e300]",
+        '["s","<f4",1e300]',
+        [],
+    ),
+    ("§3.2: a number that does not fit the dtype is invalid", "the scalar ['s', '|i1', -129]", '["s","|i1",-129]', []),
+    ("§3.2: the bytes of |b1 data are 0 or 1", "a |b1 array holding the byte 2", '["a","|b1",[2],0]', [b"\x01\x02"]),
+    ("§3.2: the value of a |b1 scalar is a JSON bool", "the scalar ['s', '|b1', 2]", '["s","|b1",2]', []),
+    (
+        "§3.2: buffer i holds exactly prod(shape) * itemsize bytes",
+        "an <i4 array of shape [2] in 4 bytes",
+        '["a","<i4",[2],0]',
+        [bytes(4)],
+    ),
+    ("§3.4: void (V) dtypes are refused", "an array of dtype |V4", '["a","|V4",[1],0]', [bytes(4)]),
+    ("§3.4: dtype strings with commas are refused", "an array of dtype '<i4,<i4'", '["a","<i4,<i4",[1],0]', [bytes(8)]),
+    ("§3.4: object (O) dtypes are refused", "an array of dtype |O", '["a","|O",[1],0]', [bytes(8)]),
+    (
+        "§3.4: U data must hold valid code points (<= U+10FFFF)",
+        "a <U1 array holding the code point 0x110000",
+        '["a","<U1",[1],0]',
+        [(0x110000).to_bytes(4, "little")],
+    ),
+    (
+        "§3.2, §11: a receiver not in trusted mode must reject tag p without unpickling",
+        "a pickle (tag p) to a client not in trusted mode",
+        '["p",0]',
+        [b"\x80\x05N."],
+    ),
+    (
+        "§2.2: a buffer frame the body does not name makes the value malformed",
+        "a buffer frame no tag names",
+        "0",
+        [b"x"],
+    ),
+]
+"""Values a client must refuse: (the rule, what the value is, its JSON text, its buffer frames)."""
+
+
+def check_invalid_values(context: Context) -> None:
+    """Value sections a client must refuse (PROTOCOL.md §2.2, §3) are answered with ERROR, and the client keeps
+    serving; a body that is not JSON or not UTF-8 too; a value nested to the limit (level 64) is still read."""
+    with joined(context) as client:
+        server = client.server
+        client.reset(SEEDS)
+        cases = [
+            (rule, what, _set_attr_body("refused", f"null,{text},null"), buffers)
+            for rule, what, text, buffers in INVALID_VALUES
+        ]
+        cases.append(("§3.1: the body is JSON", "a body cut short", b'{"name":"refused","values":["l",', []))
+        cases.append(
+            (
+                "§3.1: the body must be valid UTF-8",
+                "a body holding the byte 0xff in a string",
+                b'{"name":"refused","values":["l",null,"\xff",null]}',
+                [],
+            )
+        )
+        for rule, what, body, buffers in cases:
+            seq = _send_set_attr_body(server, body, buffers, what)
+            expect_error(
+                server,
+                seq,
+                f"PROTOCOL.md {rule}. SET_ATTR carried {what}: a command whose value the client cannot decode is "
+                "answered with ERROR echoing its seq (§8, §11)",
+            )
+        body = _set_attr_body("deep", f"{_nested(62)},0,0")
+        seq = _send_set_attr_body(
+            server, body, [], "a list nested 62 deep in env 0's value (its innermost at level 63)"
+        )
+        server.expect(
+            Kind.CALL_RESULT,
+            seq=seq,
+            why="PROTOCOL.md §3.1: nesting up to 64 levels is valid (the body's object is at level 0, its 'values' "
+            "list at 1, each value at 2; this one's innermost list is at level 63)",
+        )
+        client.reset(SEEDS, what="a RESET after the refused values (the client keeps serving, §8)")
+
+
+OPTIONAL_TAGS: list[tuple[str, Any]] = [
+    ("o", np.array([1, "x", None, (2.5,)], dtype=object).reshape(2, 2)),
+    ("S", np.complex128(1.5 - 2j)),
+    ("g", spaces.GraphInstance(np.arange(4, dtype="<f4").reshape(2, 2), None, np.array([[0, 1]], dtype="<i8"))),
+]
+"""A value for each optional tag (PROTOCOL.md §11): read exactly, or refused with ERROR."""
+
+
+def check_optional_tags(context: Context) -> None:
+    """Tags o, S and g (optional, PROTOCOL.md §11): a SET_ATTR carrying one is either answered and the value comes
+    back exactly, or answered with ERROR; the client keeps serving either way."""
+    with joined(context) as client:
+        server = client.server
+        client.reset(SEEDS)
+        for tag, value in OPTIONAL_TAGS:
+            name = f"tag_{tag}"
+            seq = server.send_set_attr(name, [value] * NUM_ENVS)
+            received = server.receive(REPLY_SECONDS, stop_on_exit=True)
+            if received is not None and received.kind == Kind.ERROR and received.seq == seq:
+                continue
+            if received is None or received.kind != Kind.CALL_RESULT or received.seq != seq:
+                got = "nothing" if received is None else received.describe()
+                raise server.fail(
+                    f"SET_ATTR {name!r} with a value of tag {tag!r} ({preview(value)}) was answered with {got}, "
+                    f"expected CALL_RESULT or ERROR echoing seq {seq} (PROTOCOL.md §11: tags o, S, g are optional; "
+                    "a client that does not read one answers ERROR)"
+                )
+            for number, got in enumerate(client.call(name)):
+                found = difference(got, value, f"CALL {name}'s result for env {number}")
+                if found:
+                    raise server.fail(
+                        f"{found}. The client took the value of tag {tag!r}, so it must give it back exactly "
+                        "(PROTOCOL.md §3.2, §11)"
+                    )
+        client.reset(SEEDS, what="a RESET after the optional tags")
+
+
 # -- CALL and SET_ATTR -----------------------------------------------------------------------------
 
 
 def _set_attr(server: ScriptedServer, name: str, values: Sequence[Any], **options: Any) -> None:
+    """SET_ATTR (``options``: ``outermost``, ``indexes``), answered by CALL_RESULT with null results."""
     seq = server.send_set_attr(name, values, **options)
     received = server.expect(Kind.CALL_RESULT, seq=seq, why="PROTOCOL.md §5.3: SET_ATTR is answered by CALL_RESULT")
     if received.value != {"results": None}:
@@ -786,19 +1094,40 @@ def tagged_values() -> list[Any]:
     ]
 
 
+def core_dtype_values() -> list[Any]:
+    """One value per env holding, for every core dtype (PROTOCOL.md §3.4), arrays (env 0: its extremes, env 2:
+    shape (2, 0) and ()) and numpy scalars (env 1: its extremes)."""
+    extremes = {}
+    for name in CORE_DTYPES:
+        dtype = np.dtype(name)
+        if dtype.kind == "b":
+            extremes[name] = [False, True]
+        elif dtype.kind == "f":
+            extremes[name] = [float(np.finfo(dtype).min), float(np.finfo(dtype).smallest_subnormal)]
+        else:
+            extremes[name] = [int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)]
+    return [
+        {name: np.array(pair, dtype=name) for name, pair in extremes.items()},
+        {name: tuple(np.array(pair, dtype=name)) for name, pair in extremes.items()},
+        [(np.zeros((2, 0), dtype=name), np.array(extremes[name][1], dtype=name)) for name in CORE_DTYPES],
+    ]
+
+
 def check_set_attr_values(context: Context) -> None:
-    """SET_ATTR values using every tag a client must read come back from CALL exactly as they were set."""
+    """SET_ATTR values using every tag a client must read, and arrays and scalars of every core dtype, come back
+    from CALL exactly as they were set."""
     with joined(context) as client:
         client.reset(SEEDS)
-        values = tagged_values()
-        _set_attr(client.server, "payload", values)
-        for number, (got, expected) in enumerate(zip(client.call("payload"), values)):
-            found = difference(got, expected, f"CALL payload's result for env {number}")
-            if found:
-                raise client.server.fail(
-                    f"{found}. PROTOCOL.md §11: a name an earlier SET_ATTR set answers the value it set, exactly as "
-                    "it arrived; a client reads the tags l t d f i a s b and keeps exact types (§3)"
-                )
+        for name, values in (("payload", tagged_values()), ("core_dtypes", core_dtype_values())):
+            _set_attr(client.server, name, values)
+            for number, (got, expected) in enumerate(zip(client.call(name), values)):
+                found = difference(got, expected, f"CALL {name}'s result for env {number}")
+                if found:
+                    raise client.server.fail(
+                        f"{found}. PROTOCOL.md §11: a name an earlier SET_ATTR set answers the value it set, exactly "
+                        "as it arrived; a client reads the tags l t d f i a s b and the core dtypes, and keeps exact "
+                        "types (§3, §3.4)"
+                    )
 
 
 # -- control messages ------------------------------------------------------------------------------
@@ -954,14 +1283,143 @@ def check_reset_first(context: Context) -> None:
         client.step(probe_actions(2, NUM_ENVS), what="the second STEP")
 
 
+def check_welcome_spaces(context: Context) -> None:
+    """The array layouts follow WELCOME's spaces, not the client's own: a WELCOME whose observation Dict has the
+    probe's keys in another order (an equal space) gets RESULTs whose observation frames are in that order."""
+    probe = probe_spaces()[0]
+    reordered = spaces.Dict([(key, probe.spaces[key]) for key in ("mid", "alpha", "zeta")])
+    with joined(context, observation_space=reordered) as client:
+        why = (
+            "the WELCOME's observation space is the probe's Dict with its keys in the order mid, alpha, zeta; "
+            "PROTOCOL.md §7: the client must use WELCOME's single spaces for array layouts (§5.1: leaves in the "
+            "space's key order)"
+        )
+        try:
+            client.reset(SEEDS, what=f"RESET: {why}")
+            client.step(probe_actions(1, NUM_ENVS), what=f"STEP: {why}")
+        except CheckFailed as failure:  # (a RESULT in the client's own layout can fail on its frames' sizes)
+            raise CheckFailed(f"{failure}\n({why})") from None
+
+
+# -- coming and going ------------------------------------------------------------------------------
+
+HELLO_REPEAT_SECONDS = 2.0
+"""After how long without an answer a client says its HELLO again (PROTOCOL.md §7)."""
+
+AWAY_SECONDS = 3.0
+"""How long the learner of :func:`check_learner_back` stays away: long enough for several failed connection
+attempts, short enough to keep the suite quick."""
+
+
+def check_hello_repeated(context: Context) -> None:
+    """A HELLO that gets no answer is said again, the same, after about 2 s (PROTOCOL.md §7); then the client
+    serves the WELCOME that answers it."""
+    endpoint = context.endpoint()
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as server:
+        process = server.watch(context.start_client(endpoint, NUM_ENVS))
+        first = server.expect_hello(count=NUM_ENVS)
+        said = time.monotonic()
+        why = (
+            "PROTOCOL.md §7: a client that has had no answer to its HELLO for 2 s sends the same HELLO again (the "
+            "learner drops a HELLO an interrupt cut short, and nothing else would answer it)"
+        )
+        again = server.expect(Kind.HELLO, timeout=2 * HELLO_REPEAT_SECONDS, count=NUM_ENVS, why=why)
+        waited = time.monotonic() - said
+        changed = difference(again.value, first.value, "the second HELLO's value")
+        if again.identity != first.identity or changed:
+            raise server.fail(
+                f"the second HELLO is not the first said again (routing id {again.identity[:64]!r} against "
+                f"{first.identity[:64]!r}; {changed or 'the same value'}): {why}"
+            )
+        if waited < 0.75 * HELLO_REPEAT_SECONDS:
+            raise server.fail(f"the HELLO came again {waited:.2f} s after the first, expected after 2 s ({why})")
+        server.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
+        client = Driven(server, process, first, list(range(NUM_ENVS)), "NextStep", False)
+        client.reset(SEEDS, what="RESET after the WELCOME that answered the repeated HELLO")
+
+
+def check_learner_back(context: Context) -> None:
+    """The learner goes away (its socket closes) and is back at the same address only after a few seconds: the
+    client keeps trying and joins it as a new session, with previous_session set."""
+    endpoint = context.endpoint()
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as first:
+        process = context.start_client(endpoint, NUM_ENVS)  # (not watched: closing this server must not end it)
+        hello = first.expect_hello(count=NUM_ENVS)
+        first.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
+        Driven(first, process, hello, list(range(NUM_ENVS)), "NextStep", False).reset(SEEDS)
+    time.sleep(AWAY_SECONDS)
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as second:
+        second.watch(process)
+        if not process.running():
+            raise second.fail(
+                f"the client exited (status {process.process.returncode}) within {AWAY_SECONDS:g} s of losing its "
+                "learner: it reconnects with backoff and joins the server at the address again (PROTOCOL.md §8.1, "
+                "§11 step 5; CONFORMANCE.md §2: for at least 60 s)"
+            )
+        why = (
+            f"the learner was away for {AWAY_SECONDS:g} s and is back at the same address; PROTOCOL.md §8.1, §11 step "
+            "5: the client reconnects with backoff and joins again as a new session"
+        )
+        rejoined = second.expect(Kind.HELLO, timeout=HELLO_SECONDS, count=NUM_ENVS, why=why)
+        second.peer = rejoined.identity
+        problems = hello_problems(rejoined, NUM_ENVS, previous=hello.value.get("session"))
+        if rejoined.identity == hello.identity:
+            problems.append("it comes from the routing id of the lost session (§8.2: a new session)")
+        if problems:
+            shown = "\n".join(f"  {problem}" for problem in problems)
+            raise second.fail(f"the HELLO to the learner that came back is not as PROTOCOL.md §7 requires:\n{shown}")
+        second.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
+        client = Driven(second, process, rejoined, list(range(NUM_ENVS)), "NextStep", False)
+        seq = second.send_reset(SEEDS)
+        received = second.receive(REPLY_SECONDS, stop_on_exit=True)
+        while received is not None and received.kind == Kind.HELLO and received.identity == rejoined.identity:
+            # HELLOs said again while the learner was away may arrive queued behind the first (§7)
+            received = second.receive(REPLY_SECONDS, stop_on_exit=True)
+        if received is None or received.kind != Kind.RESULT or received.seq != seq:
+            got = "nothing" if received is None else received.describe()
+            raise second.fail(f"expected RESULT echoing seq {seq} for the RESET after the rejoin, but got {got} (§5.2)")
+        client.compare(second.parse_result(received, NUM_ENVS), client.reference.reset(SEEDS), None, "the RESET")
+
+
+def check_zap_not_now(context: Context) -> None:
+    """ZAP status 500 ("not now", PROTOCOL.md §12.4): the client neither stops nor retries at once (as libzmq's
+    own reconnection would, 0.1 s later) but waits 0.5 to 2 s, connects again and joins."""
+    endpoint = context.endpoint()
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout, zap_domain=b"gym_remote") as server:
+        gatekeeper = ZapGatekeeper(server)
+        try:
+            process = server.watch(context.start_client(endpoint, NUM_ENVS))
+            why = (
+                "its first handshake was answered with ZAP status 500; PROTOCOL.md §11 step 6, §12.4: wait 0.5-2 s "
+                "and connect again"
+            )
+            hello = server.expect(Kind.HELLO, timeout=HELLO_SECONDS, count=NUM_ENVS, why=why)
+            arrived = time.monotonic()
+            refused = [when for when, status in gatekeeper.answered if status == b"500"]
+            if not refused:
+                raise server.fail("the client's HELLO came without a handshake that the gatekeeper refused first")
+            waited = arrived - refused[0]
+            if waited < 0.4:
+                raise server.fail(f"the client's HELLO came {waited:.2f} s after the ZAP status 500 ({why})")
+            server.peer = hello.identity
+            server.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
+            Driven(server, process, hello, list(range(NUM_ENVS)), "NextStep", False).reset(SEEDS)
+        finally:
+            gatekeeper.close()
+
+
 CHECKS: list[Check] = [
     Check(GROUP, "HELLO is well-formed", check_hello),
     Check(GROUP, "RESET and STEP are answered (NextStep)", check_reset_and_step),
     Check(GROUP, "SameStep episode ends carry 'final'", check_same_step),
     Check(GROUP, "STEP with FLAG_DTYPES", check_step_dtypes),
+    Check(GROUP, "STEP with FLAG_VALUE", check_step_values),
     Check(GROUP, "queued commands are answered in order", check_queued_commands),
     Check(GROUP, "FLAG_SUBSET commands", check_subsets),
     Check(GROUP, "malformed commands get ERROR", check_malformed_commands),
+    Check(GROUP, "malformed headers and frames are refused", check_malformed_frames),
+    Check(GROUP, "values a client must refuse get ERROR", check_invalid_values),
+    Check(GROUP, "optional tags o, S, g are read exactly or refused", check_optional_tags),
     Check(GROUP, "CALL and SET_ATTR", check_call_and_set_attr),
     Check(GROUP, "SET_ATTR values come back exactly", check_set_attr_values),
     Check(GROUP, "PING is not answered", check_ping_ignored),
@@ -971,5 +1429,9 @@ CHECKS: list[Check] = [
     Check(GROUP, "REFUSE for good: exit non-zero", check_refused),
     Check(GROUP, "REFUSE full: wait in line", check_waiting_in_line),
     Check(GROUP, "WELCOME reset_first", check_reset_first),
+    Check(GROUP, "WELCOME's spaces set the array layouts", check_welcome_spaces),
+    Check(GROUP, "an unanswered HELLO is said again", check_hello_repeated),
+    Check(GROUP, "a learner back after a while is rejoined", check_learner_back),
+    Check(GROUP, "ZAP status 500: wait, then connect again", check_zap_not_now),
 ]
 """The wire group, in the order it runs."""

@@ -397,9 +397,12 @@ Status Client::Impl::ConnectionDropped(bool* dropped) {
         Log(LogLevel::kWarning, Prefix() + "the server at " + options.endpoint +
                                     " is refusing connections for now (too many, or too fast); trying again in " +
                                     text + " s");
+        // Close the socket before the wait: libzmq would otherwise connect it again 0.1 s later and send the
+        // HELLO queued in it, which is not waiting (PROTOCOL.md §11 step 6). The caller opens a new one.
+        connection->Close(0);
         Sleep(delay);
         *dropped = true;
-        break;
+        return Status::Ok();
       }
       default: break;
     }
