@@ -5,6 +5,8 @@ behaviour over the Python envs; the answers must be equal, errors (type, module 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import re
 import shutil
@@ -32,14 +34,14 @@ HARNESS_SECONDS = 60
 def exact(value: Any) -> Any:
     """``value`` in the harness's form: floats as the hex of their bits, arrays and scalars as dtype, shape and the
     hex of their bytes, so that comparing two forms compares types and bits."""
+    if isinstance(value, np.generic):  # first: np.float64 is a float, np.str_ a str
+        return ["s", value.dtype.str, value.tobytes().hex()]
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, np.ndarray):
         if value.dtype == object:
             return ["o", list(value.shape), [exact(item) for item in value.ravel()]]
         return ["a", value.dtype.str, list(value.shape), np.ascontiguousarray(value).tobytes().hex()]
-    if isinstance(value, np.generic):  # before int and float: np.float64 is a float
-        return ["s", value.dtype.str, value.tobytes().hex()]
     if isinstance(value, int):
         return value if -(2**63) <= value < 2**63 else ["i", f"{'-' if value < 0 else ''}{abs(value):x}"]
     if isinstance(value, float):
@@ -77,6 +79,11 @@ def from_exact(form: Any) -> Any:
         return np.frombuffer(bytes.fromhex(rest[1]), dtype=rest[0])[0]
     if tag == "a":
         return np.frombuffer(bytes.fromhex(rest[2]), dtype=rest[0]).reshape(rest[1]).copy()
+    if tag == "o":
+        array = np.empty(len(rest[1]), dtype=object)
+        for position, item in enumerate(rest[1]):  # one by one: a list item stays one item
+            array[position] = from_exact(item)
+        return array.reshape(rest[0])
     raise ValueError(f"unknown harness tag {tag!r}")
 
 
@@ -271,14 +278,15 @@ REPR_VALUES += [1e15, 1.5e16, 123.456, 1e-4, 2.5e-7, -1e300, 1 / 3, np.float32(1
 def test_values_read_back_and_compare_exactly(csharp_build):
     """Every kind of value reads into a Value and writes back to the bit (big ints, -0.0 and NaN, lone surrogates,
     keys that are not strings, arrays of every dtype kind, object arrays); two values are equal exactly when they are
-    the same value to the bit (dict keys in order), with equal hashes then; a dict given one key twice is refused."""
+    the same value to the bit (dict keys in order), with equal hashes then; a dict given one key twice, or two keys
+    equal under Python's == (1 and True), is refused."""
     pairs = [(a, b) for a in VALUES[::3] for b in VALUES[::3]]
     pairs += [(1, 1.0), (1, True), (0.0, -0.0), ([1], (1,)), ({"a": 1, "b": 2}, {"b": 2, "a": 1})]
     pairs += [(np.float32(1), np.float64(1)), (np.zeros(2), np.zeros((1, 2))), (2**70, 2**70), ([1.5], [1.5])]
     script: list[dict[str, Any]] = [{"op": "make", "env": "Probe"}]
     script += [{"op": "echo", "value": exact(value)} for value in VALUES]
     script += [{"op": "equal", "left": exact(a), "right": exact(b)} for a, b in pairs]
-    script += [{"op": "echo", "value": ["d", 1, "a", 1, "b"]}]
+    script += [{"op": "echo", "value": ["d", 1, "a", 1, "b"]}, {"op": "echo", "value": ["d", 1, "a", True, "b"]}]
     got = harness_answers(csharp_build, script)[1:]
     for value, answer in zip(VALUES, got):
         assert answer == {"ok": True, "value": exact(value)}, f"{value!r}: {answer}"
@@ -286,7 +294,70 @@ def test_values_read_back_and_compare_exactly(csharp_build):
         same = json.dumps(exact(a)) == json.dumps(exact(b))
         assert answer["ok"], f"{a!r} and {b!r}: {answer}"
         assert answer["value"] is same and (answer["same_hash"] or not same), f"{a!r} and {b!r}: {answer}"
-    assert not got[-1]["ok"] and "given twice" in got[-1]["message"], got[-1]
+    for answer, second in zip(got[-2:], ("1", "True")):
+        assert not answer["ok"] and f"1 (entry 0) and {second} (entry 1) are equal under" in answer["message"], answer
+
+
+CORE_DTYPES = ["|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f4", "<f8"]
+KEYS: list[Any] = [  # hashable values that may be keys of a 'd' value (PROTOCOL.md §3.1)
+    *(0, 1, -1, 2, 255, 2**53, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), 2**100),
+    *(0.0, -0.0, 1.0, -1.0, 0.5, 0.1, 2.0, 255.0, 2.0**53, 2.0**63, 2.0**64, 2.0**100, float("nan"), float("inf")),
+    *(-float("inf"), 1e308, True, False, None),
+    *(np.dtype(dtype).type(1) for dtype in CORE_DTYPES),
+    *(np.dtype(dtype).type(0) for dtype in CORE_DTYPES),
+    *(np.float32(0.1), np.float32(0.5), np.float32(-0.0), np.float32("nan"), np.float32("inf"), np.float64(0.1)),
+    *(np.int64(-1), np.int8(-1), np.uint8(255), np.uint64(2**64 - 1), np.int64(2**63 - 1), np.float32(2.0**24)),
+    *(np.float64(2.0**53), np.float32(2.0**64), np.float64(2.0**63)),
+    *("", "a", "1", "é", "😀", "offset", np.str_("a"), np.str_("é"), np.str_("😀"), np.str_("offset")),
+    *(b"", b"a", b"1", b"a\x00", np.bytes_(b"a")),
+    *((), (1,), (True,), (1.0,), (np.int8(1),), (1, "a"), (True, np.str_("a")), (1.0, "a"), ("a", 1), ((1,),)),
+    *(((1.0,),), (float("nan"),), (1, b"a"), (1, np.bytes_(b"a")), (0, ()), (-0.0, ())),
+]
+KEY_FORMS = [exact(key) for key in KEYS]
+KEY_FORMS += [["s", ">f8", "3ff0000000000000"], ["s", ">i4", "00000001"], ["s", ">u8", "ffffffffffffffff"]]
+KEY_FORMS += [  # NumPy drops trailing NULs: "a", "a", b"a", b""
+    ["s", "<U3", "61" + "0" * 22],
+    ["s", ">U2", "0000006100000000"],
+    ["s", "|S3", "610000"],
+    ["s", "|S2", "0000"],
+]
+
+
+def test_dict_keys_equal_as_in_python(csharp_build):
+    """Value.PythonKeys decides whether two keys are one key of a Python dict (equal under ==, PROTOCOL.md §3.1) as
+    Python does, for every pair of ints (64-bit bounds, big), floats (-0.0, NaN, infinities, not whole), bools,
+    None, NumPy scalars of every core dtype (big-endian too), str and bytes with their NumPy scalars (trailing NULs
+    dropped as NumPy drops them) and tuples of them: its hashes agree, and Value.Dict refuses exactly the equal
+    pairs, naming both keys. Python's side is ``right in {left: ...}`` (hash, then ==) over values read afresh, as
+    gym_remote's decoder checks a 'd' value: under NumPy 2's rules, ``np.float32(0.1) == 0.1`` is true (0.1 is cast
+    to float32) though the values differ and their hashes do too, and a dict keeps both, as the C# side does. The one
+    corner where a dict merges keys of different values (clients/csharp/README.md) is checked to stay apart in C#."""
+    pairs = list(itertools.combinations_with_replacement(KEY_FORMS, 2))
+    script: list[dict[str, Any]] = [{"op": "make", "env": "Probe"}]
+    script += [{"op": "key_equal", "left": left, "right": right} for left, right in pairs]
+    script += [{"op": "echo", "value": ["d", ["l", 1], 2]}, {"op": "echo", "value": ["d", ["t", 1, ["l"]], 2]}]
+    corner = (np.float64(2.0**120), 2**120 + 2**61 - 1)  # values differ; NumPy rounds the int, the hashes collide
+    script.append({"op": "key_equal", "left": exact(corner[0]), "right": exact(corner[1])})
+    got = harness_answers(csharp_build, script)[1:]
+    assert corner[1] in {corner[0]: None} and got[-1]["value"] is False, "the corner README.md describes"
+    got = got[:-1]
+    cast_equal = 0
+    for (left_form, right_form), answer in zip(pairs, got):
+        left, right = from_exact(left_form), from_exact(right_form)  # each read afresh: a NaN is not itself
+        equal = right in {left: None}
+        if all(isinstance(key, (int, float, np.number)) for key in (left, right)):  # (bool is an int)
+            with contextlib.suppress(OverflowError), np.errstate(over="ignore"):  # (big ints to NumPy dtypes)
+                cast_equal += bool(left == right) and not equal
+        shown = f"{left!r} and {right!r}"
+        assert answer["ok"] and answer["value"] is equal, f"{shown}: {answer}"
+        assert answer["same_hash"] or not equal, f"{shown}: equal keys with different hashes"
+        assert (answer["refused"] is not None) is equal, f"{shown}: {answer}"
+        if equal and all(type(key) in (int, float, bool, str, bytes) for key in (left, right)):
+            assert f"{left!r} (entry 0) and {right!r} (entry 1) are equal" in answer["refused"], answer
+    assert sum(answer["value"] for answer in got[: len(pairs)]) > 2 * len(KEY_FORMS) and cast_equal > 5
+    for answer, kind in zip(got[len(pairs) :], ("list", "list")):
+        assert not answer["ok"] and answer["type"] == "ArgumentException", answer
+        assert f"unhashable type: '{kind}'" in answer["message"], answer
 
 
 def test_value_repr_is_pythons(csharp_build):
@@ -448,6 +519,69 @@ def test_probe_spaces_and_errors_match(csharp_build):
     script.append({"op": "get_attr", "name": "state"})
     answers = assert_same_answers(csharp_build, script)
     assert [answer["ok"] for answer in answers[2:19]] == [False] * 10 + [False, False, False, False, True, True, True]
+
+
+def test_probe_np_random_seed_matches(csharp_build):
+    """``np_random_seed`` (CONFORMANCE.md §1.6): -1 before any seeded reset (an unseeded one too), then the last seed
+    given, of any size; kept by unseeded resets, by a refused negative seed, and set by a seeded reset whose offset
+    is then refused (probe.py keeps the seed before it checks the offset)."""
+    seed = {"op": "get_attr", "name": "np_random_seed"}
+    script: list[dict[str, Any]] = [{"op": "make", "env": "Probe"}, seed, {"op": "reset", "seed": None}, seed]
+    script += [{"op": "reset", "seed": 11}, seed, {"op": "reset", "seed": None}, seed]
+    script += [{"op": "reset", "seed": 2**64 + 5}, seed, {"op": "reset", "seed": -5}, seed]
+    script += [{"op": "reset", "seed": 0, "options": {"offset": 1000}}, seed, {"op": "reset", "seed": None}, seed]
+    answers = assert_same_answers(csharp_build, script)
+    seeds = [answer["value"] for answer in answers if "found" in answer]
+    assert seeds == [-1, -1, 11, 11, ["i", f"{2**64 + 5:x}"], ["i", f"{2**64 + 5:x}"], 0, 0]
+
+
+DIRECTIONS = [  # (CONFORMANCE.md §1.4) taken as Python's int() takes them, within int64; refused before any change
+    *(True, False, 0, 2, -(2**31), 2**63, -(2**63) - 1, 2**70),
+    *(0.7, -1.5, -0.0, 5e-324, 1e9, 2.0**63, -(2.0**63) - 2048, 1e19, float("nan")),
+    *(float("inf"), -float("inf")),
+    *(np.bool_(True), np.int8(-1), np.int16(1), np.int32(-1), np.uint8(1), np.uint16(1), np.uint32(1), np.int64(1)),
+    *(np.uint64(2**63), np.uint64(2**64 - 1), np.float32(0.7), np.float32(-1.5), np.float64(-0.9)),
+    *(np.float32("nan"), np.float64("-inf"), np.float32(1e19), np.float64(-1e19), np.float32(-16777216.0)),
+    *(np.array(1), np.array([1]), np.array([[-1.7]]), np.array([0.5], dtype=np.float32), np.array([True])),
+    *(np.array([1, 0]), np.zeros(0), np.array(["x"]), np.array([b"x"]), np.array([1 + 2j]), np.array([np.nan])),
+    *(np.array([2**64 - 1], dtype=np.uint64), np.array([1], dtype=object), np.array([-2.5], dtype=object)),
+    *(np.array(["x"], dtype=object), np.array([np.float32(0.5)], dtype=object)),
+    *("1", b"1", None, [1], (1,), {"a": 1}, np.str_("1"), np.bytes_(b"1"), np.complex128(1)),
+]
+
+
+def test_probe_converts_direction_as_python(csharp_build):
+    """Every kind of direction (bools, ints at and beyond int64's bounds, floats truncated or refused as NaN, infinite
+    or out of range, NumPy scalars of the core dtypes, one-item arrays of numbers, object arrays, strings, bytes,
+    null, lists, complex): the same result or the same error (type and message), and after an error the state is
+    unchanged (the good step that follows is the same). Not compared: float16 and datetime64 directions, which the
+    C# probe does not convert (NotSupportedException)."""
+    good = action_rows(probe_actions(1, 1))[0]
+    script: list[dict[str, Any]] = [{"op": "make", "env": "Probe"}]
+    for direction in DIRECTIONS:
+        script.append({"op": "reset", "seed": 11})
+        script.append({"op": "step", "action": exact((direction, good[1], good[2]))})
+        script.append({"op": "step", "action": exact(good)})
+    answers = assert_same_answers(csharp_build, script)
+    outcomes = {answer.get("type") for answer in answers[2::3]}
+    assert outcomes == {None, "ValueError", "TypeError"}, outcomes
+
+
+OPTIONS = [  # (CONFORMANCE.md §1.3) the offset is read from a dict only, and must be an exact int in [0, 1000)
+    *(["offset"], "offset", ("offset",), None, 5, {}, {"other": 5}, {"offset": 0}, {"offset": 999}),
+    *({np.str_("offset"): 5}, {b"offset": 5}, {"offset": np.int64(5)}, {"offset": 5.0}, {"offset": False}),
+    *({"offset": [5]}, {"offset": -(2**70)}, {"offset": 1000}),
+]
+
+
+def test_probe_reads_offset_as_python(csharp_build):
+    """Options that are no dict (a list or str holding "offset", a tuple, None, an int) give offset 0; a dict's
+    "offset" is found as Python finds it (under a NumPy str key too, not under a bytes key) and must be a plain
+    int in range: NumPy ints, floats, bools and lists are refused with the same ValueError."""
+    script: list[dict[str, Any]] = [{"op": "make", "env": "Probe"}]
+    script += [{"op": "reset", "seed": 11, "options": exact(options)} for options in OPTIONS]
+    answers = assert_same_answers(csharp_build, script)
+    assert [answer["info"]["offset"] for answer in answers[1:11]] == [0] * 8 + [999, 5]
 
 
 def test_probe_rounds_float64_pushes_to_float32(csharp_build):

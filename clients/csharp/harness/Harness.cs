@@ -16,8 +16,9 @@ namespace GymRemote.Harness
     /// {"op": "set_attr", "name", "value"}, {"op": "render"}, {"op": "close"}; and for the space classes,
     /// {"op": "catalog"} (the descriptions of a fixed list of spaces) and {"op": "contains", "space": index, "value"};
     /// {"op": "dtype", "text"} reads a dtype string; {"op": "echo", "value"} reads a value and writes it back;
-    /// {"op": "equal", "left", "right"} compares two values; {"op": "repr", "value"} gives Value.Repr(). Each answer has "ok"; a failed
-    /// command answers {"ok": false, "type", "module", "message"}.
+    /// {"op": "equal", "left", "right"} compares two values; {"op": "key_equal", "left", "right"} compares them as dict
+    /// keys (Value.PythonKeys) and builds a dict of both; {"op": "repr", "value"} gives Value.Repr(). Each answer has
+    /// "ok"; a failed command answers {"ok": false, "type", "module", "message"}.
     ///
     /// Values are written exactly: null, true/false, strings and ints in 64 bits as JSON; a float as ["f", the
     /// 16 hex digits of its IEEE bits]; a bigger int as ["i", hex]; bytes as ["b", hex]; ["l", ...] and ["t", ...]
@@ -123,6 +124,21 @@ namespace GymRemote.Harness
                     Value left = ToValue(Field(command, "left")), right = ToValue(Field(command, "right"));
                     answer.Add(Pair("value", left.Equals(right)));
                     answer.Add(Pair("same_hash", left.GetHashCode() == right.GetHashCode()));
+                    break;
+                case "key_equal":  // two values as dict keys: one key under Python's ==? and a dict of both, refused or not
+                    Value first = ToValue(Field(command, "left")), second = ToValue(Field(command, "right"));
+                    answer.Add(Pair("value", Value.PythonKeyEquals(first, second)));
+                    answer.Add(Pair("same_hash", Value.PythonKeys.GetHashCode(first) == Value.PythonKeys.GetHashCode(second)));
+                    string refusal = null;
+                    try
+                    {
+                        Value.Dict(new[] { new KeyValuePair<Value, Value>(first, 1L), new KeyValuePair<Value, Value>(second, 2L) });
+                    }
+                    catch (ArgumentException error)
+                    {
+                        refusal = error.Message;
+                    }
+                    answer.Add(Pair("refused", refusal));
                     break;
                 case "repr":
                     answer.Add(Pair("value", ToValue(Field(command, "value")).Repr()));

@@ -35,7 +35,8 @@ namespace GymRemote
     /// and floats are different values, and a NumPy scalar keeps its dtype, as in Python.
     /// Two values are equal when they are the same value in the strictest sense: same kind, same dtype and
     /// shape, same bits (so NaN equals NaN, -0.0 differs from 0.0, and 1 differs from 1.0 and True), and dicts with
-    /// the same entries in the same order. Dict keys are distinct under this equality (1 and True are two keys).
+    /// the same entries in the same order. Dict keys are another matter: they are distinct under Python's ==, as in a
+    /// Python dict (1, 1.0 and True are one key; see <see cref="PythonKeys"/>).
     /// </summary>
     public sealed class Value : IEquatable<Value>
     {
@@ -143,15 +144,25 @@ namespace GymRemote
             return Dict(converted);
         }
 
-        /// <summary>A dict whose keys are any values, in the order given; a repeated key is an error.</summary>
+        /// <summary>
+        /// A dict whose keys are any hashable values, in the order given. Two keys equal under Python's == (1, 1.0 and
+        /// True; see <see cref="PythonKeys"/>) are refused with an <see cref="ArgumentException"/> naming both, as
+        /// docs/PROTOCOL.md §3.1 refuses them in a <c>d</c> value; so is an unhashable key (a list, dict or array).
+        /// </summary>
         public static Value Dict(IEnumerable<KeyValuePair<Value, Value>> entries)
         {
             var list = new List<KeyValuePair<Value, Value>>(entries);
-            var lookup = new Dictionary<Value, int>();
+            var lookup = new Dictionary<Value, int>(PythonKeys);
             for (int i = 0; i < list.Count; i++)
             {
                 if (list[i].Key == null || list[i].Value == null) throw new ArgumentNullException("entries", "a dict entry holds null (use Value.None)");
-                if (lookup.ContainsKey(list[i].Key)) throw new ArgumentException("the dict key " + list[i].Key.Repr() + " is given twice", "entries");
+                int earlier;
+                if (lookup.TryGetValue(list[i].Key, out earlier))
+                {
+                    throw new ArgumentException(
+                        "the dict keys " + list[earlier].Key.Repr() + " (entry " + earlier + ") and " + list[i].Key.Repr() + " (entry " + i +
+                        ") are equal under Python's ==: a dict holds one of them, not both", "entries");
+                }
                 lookup.Add(list[i].Key, i);
             }
             return new Value(ValueKind.Dict) { entries = list.ToArray(), index = lookup };
@@ -363,7 +374,10 @@ namespace GymRemote
             }
         }
 
-        /// <summary>The value under <paramref name="key"/> in a dict, or null when the key is absent (or this is no dict).</summary>
+        /// <summary>
+        /// The value under <paramref name="key"/> in a dict, found as Python finds it (a key equal under ==: 1 finds
+        /// True, "offset" finds <c>np.str_("offset")</c>), or null when the key is absent (or this is no dict).
+        /// </summary>
         public Value Find(Value key)
         {
             int position;
@@ -389,6 +403,23 @@ namespace GymRemote
         {
             CheckElement(position);
             return Elements.ReadInteger(dtype, data, position * dtype.ItemSize);
+        }
+
+        /// <summary>
+        /// NumPy's <c>.item(position)</c> for a bool, int, uint or float32/float64 array or scalar: item
+        /// <paramref name="position"/> (C order) as the Python bool, int or float it becomes.
+        /// </summary>
+        public Value Item(int position)
+        {
+            CheckElement(position);
+            switch (dtype.Kind)
+            {
+                case 'b': return Bool(!GetInteger(position).IsZero);
+                case 'i':
+                case 'u': return Int(GetInteger(position));
+                case 'f': return Float(GetDouble(position));
+                default: throw new NotSupportedException("the items of a " + dtype + " array are not read as Python numbers here");
+            }
         }
 
         void CheckElement(int position)
@@ -417,10 +448,8 @@ namespace GymRemote
                     {
                         throw EnvException.TypeError("only 0-dimensional arrays can be converted to Python scalars, not " + Repr());
                     }
-                    if (dtype.IsInteger || dtype.Kind == 'b') whole = GetInteger(0);
-                    else if (dtype.Kind == 'f') whole = Truncate(GetDouble(0));
-                    else throw EnvException.TypeError("int() argument must be a number, not " + TypeName());
-                    break;
+                    if (!IsNumeric) throw EnvException.TypeError("int() argument must be a number, not " + TypeName());
+                    return Item(0).ToInt64();
                 default:
                     throw EnvException.TypeError("int() argument must be a string, a bytes-like object or a real number, not '" + TypeName() + "'");
             }
@@ -442,7 +471,7 @@ namespace GymRemote
                     {
                         throw EnvException.TypeError("only 0-dimensional arrays can be converted to Python scalars, not " + Repr());
                     }
-                    return GetDouble(0);
+                    return Item(0).ToDouble();
                 default:
                     throw EnvException.TypeError("float() argument must be a string or a real number, not '" + TypeName() + "'");
             }
@@ -465,7 +494,7 @@ namespace GymRemote
             if (Kind == ValueKind.Array || Kind == ValueKind.Scalar)
             {
                 var values = new long[Size];
-                for (int i = 0; i < values.Length; i++) values[i] = (dtype.Kind == 'f' ? Float(GetDouble(i)) : Int(GetInteger(i))).ToInt64();
+                for (int i = 0; i < values.Length; i++) values[i] = Item(i).ToInt64();
                 return values;
             }
             var flat = new List<long>();
@@ -510,6 +539,12 @@ namespace GymRemote
             if (double.IsNaN(value)) throw EnvException.ValueError("cannot convert float NaN to integer");
             if (double.IsInfinity(value)) throw new EnvException("OverflowError", "cannot convert float infinity to integer");
             return new BigInteger(Math.Truncate(value));
+        }
+
+        // a bool, int, uint or float dtype (whose items are Python numbers)
+        bool IsNumeric
+        {
+            get { return dtype.Kind == 'b' || dtype.IsInteger || dtype.Kind == 'f'; }
         }
 
         void Expect(ValueKind kind)
@@ -612,6 +647,162 @@ namespace GymRemote
                 if (!a[i].Equals(b[i])) return false;
             }
             return true;
+        }
+
+        // -- dict keys under Python's == (docs/PROTOCOL.md §3.1) ----------------------------------------------------
+
+        /// <summary>
+        /// Compares dict keys as a Python dict does, under Python's ==: numbers are equal when their values are,
+        /// whatever their types (1, 1.0, True and <c>np.int8(1)</c> are one key; 0, -0.0 and False are one key;
+        /// <c>np.float32(0.1)</c> is not 0.1, whose value differs), NaN equals nothing, a str equals a NumPy str
+        /// scalar (<c>&lt;U</c>) of the same text and bytes a NumPy bytes scalar (<c>|S</c>), tuples are equal when
+        /// their items are, and None equals None. Hashes agree with this equality. Keys must be hashable: a list,
+        /// dict or array (or a tuple holding one) throws <see cref="ArgumentException"/>; a NumPy scalar of a dtype
+        /// outside the core dtypes, <c>U</c> and <c>S</c> (float16, complex, datetime) throws
+        /// <see cref="NotSupportedException"/>.
+        /// </summary>
+        public static IEqualityComparer<Value> PythonKeys
+        {
+            get { return PythonKeyComparer.Instance; }
+        }
+
+        /// <summary>Whether <paramref name="left"/> and <paramref name="right"/> are one key of a Python dict (<see cref="PythonKeys"/>).</summary>
+        public static bool PythonKeyEquals(Value left, Value right)
+        {
+            return PythonKeys.Equals(left, right);
+        }
+
+        sealed class PythonKeyComparer : IEqualityComparer<Value>
+        {
+            internal static readonly PythonKeyComparer Instance = new PythonKeyComparer();
+
+            // what a key is compared as: a number, a text (str), bytes, a tuple of keys, or None
+            enum Form { None, Number, Text, Bytes, Tuple }
+
+            public bool Equals(Value left, Value right)
+            {
+                if (left == null || right == null) return left == null && right == null;
+                Form form = FormOf(left);
+                if (form != FormOf(right)) return false;
+                switch (form)
+                {
+                    case Form.None: return true;
+                    case Form.Text: return string.Equals(TextOf(left), TextOf(right), StringComparison.Ordinal);
+                    case Form.Bytes: return SameBytes(BytesOf(left), BytesOf(right));
+                    case Form.Tuple:
+                        if (left.items.Length != right.items.Length) return false;
+                        for (int i = 0; i < left.items.Length; i++)
+                        {
+                            if (!Equals(left.items[i], right.items[i])) return false;
+                        }
+                        return true;
+                    default:
+                        BigInteger leftWhole, rightWhole;
+                        double leftReal, rightReal;
+                        bool leftIsWhole = NumberOf(left, out leftWhole, out leftReal), rightIsWhole = NumberOf(right, out rightWhole, out rightReal);
+                        if (leftIsWhole != rightIsWhole) return false;  // a float with a fraction (or NaN, or infinite) is no integer
+                        return leftIsWhole ? leftWhole == rightWhole : leftReal == rightReal;  // (NaN != NaN)
+                }
+            }
+
+            public int GetHashCode(Value key)
+            {
+                if (key == null) return 0;
+                switch (FormOf(key))
+                {
+                    case Form.None: return 17;
+                    case Form.Text: return TextOf(key).GetHashCode();
+                    case Form.Bytes:
+                        int h = 19;
+                        foreach (byte b in BytesOf(key)) h = h * 31 + b;
+                        return h;
+                    case Form.Tuple:
+                        int combined = 23;
+                        foreach (Value item in key.items) combined = combined * 31 + GetHashCode(item);
+                        return combined;
+                    default:
+                        BigInteger whole;
+                        double real;
+                        return NumberOf(key, out whole, out real) ? whole.GetHashCode() : real.GetHashCode();
+                }
+            }
+
+            static Form FormOf(Value key)
+            {
+                switch (key.Kind)
+                {
+                    case ValueKind.None: return Form.None;
+                    case ValueKind.Bool:
+                    case ValueKind.Int:
+                    case ValueKind.Float: return Form.Number;
+                    case ValueKind.String: return Form.Text;
+                    case ValueKind.Bytes: return Form.Bytes;
+                    case ValueKind.Tuple:
+                        foreach (Value item in key.items) FormOf(item);  // a tuple is hashable when its items are
+                        return Form.Tuple;
+                    case ValueKind.Scalar:
+                        if (key.dtype.Kind == 'U') return Form.Text;
+                        if (key.dtype.Kind == 'S') return Form.Bytes;
+                        if (key.IsNumeric && (key.dtype.Kind != 'f' || key.dtype.ItemSize == 4 || key.dtype.ItemSize == 8)) return Form.Number;
+                        throw new NotSupportedException("a dict key of dtype " + key.dtype + " cannot be compared under Python's == here (only bool, int, uint, float32, float64, U and S)");
+                    default:
+                        throw new ArgumentException("unhashable type: '" + key.TypeName() + "' cannot be a dict key (" + key.Repr() + ")");
+                }
+            }
+
+            // An integral number as an exact integer (true), or else a float's double (false): NaN, an infinity, or
+            // a float with a fraction, none of which equals an integer.
+            static bool NumberOf(Value key, out BigInteger whole, out double real)
+            {
+                Value number = key.Kind == ValueKind.Scalar ? key.Item(0) : key;
+                whole = BigInteger.Zero;
+                real = 0;
+                switch (number.Kind)
+                {
+                    case ValueKind.Bool: whole = number.boolean ? BigInteger.One : BigInteger.Zero; return true;
+                    case ValueKind.Int: whole = number.integer; return true;
+                    default:
+                        real = number.number;
+                        if (double.IsNaN(real) || double.IsInfinity(real) || Math.Floor(real) != real) return false;
+                        whole = new BigInteger(real);
+                        return true;
+                }
+            }
+
+            // NumPy's str and bytes scalars end at their last non-NUL character or byte, as np.str_ and np.bytes_ do
+            static string TextOf(Value key)
+            {
+                if (key.Kind == ValueKind.String) return key.text;
+                var builder = new StringBuilder();
+                int count = key.data.Length / 4;
+                while (count > 0 && CodePoint(key, count - 1) == 0) count--;
+                for (int i = 0; i < count; i++)
+                {
+                    uint code = CodePoint(key, i);
+                    if (code > 0x10FFFF) throw new ArgumentException("the " + key.dtype + " key holds " + code + ", which is no code point");
+                    if (code >= 0xD800 && code <= 0xDFFF) builder.Append((char)code);  // a lone surrogate, as Python's str holds it
+                    else builder.Append(char.ConvertFromUtf32((int)code));
+                }
+                return builder.ToString();
+            }
+
+            static uint CodePoint(Value key, int position)
+            {
+                var item = new byte[4];
+                Buffer.BlockCopy(key.data, 4 * position, item, 0, 4);
+                if (key.dtype.IsSwapped) System.Array.Reverse(item);
+                return BitConverter.ToUInt32(item, 0);
+            }
+
+            static byte[] BytesOf(Value key)
+            {
+                if (key.Kind == ValueKind.Bytes) return key.data;
+                int count = key.data.Length;
+                while (count > 0 && key.data[count - 1] == 0) count--;
+                var bytes = new byte[count];
+                Buffer.BlockCopy(key.data, 0, bytes, 0, count);
+                return bytes;
+            }
         }
 
         /// <summary>The name of the Python type this value is: "int", "tuple", "numpy.float32", "numpy.ndarray" ...</summary>

@@ -17,6 +17,8 @@ namespace GymRemote.Envs
         // Python's float("nan"): the quiet NaN with the sign bit clear (.NET's double.NaN has it set)
         static readonly double PythonNaN = BitConverter.Int64BitsToDouble(0x7FF8000000000000);
 
+        static readonly BigInteger Int64Limit = BigInteger.One << 63;
+
         readonly string renderMode;
         readonly Space observationSpace = MakeObservationSpace();
         readonly Space actionSpace = MakeActionSpace();
@@ -25,6 +27,7 @@ namespace GymRemote.Envs
         long level;
         long t;
         long termStep;
+        BigInteger lastSeed = BigInteger.MinusOne;  // np_random_seed: -1 before any seeded reset
         readonly float[] zeta = new float[2];
         readonly sbyte[] bits = new sbyte[2];
 
@@ -75,11 +78,20 @@ namespace GymRemote.Envs
             get { return renderMode; }
         }
 
+        /// <summary>The probe's own attribute <c>np_random_seed</c> (CONFORMANCE.md §1.6); no other.</summary>
+        public override bool TryGetAttribute(string name, out Value value)
+        {
+            value = name == "np_random_seed" ? Value.Int(lastSeed) : null;
+            return value != null;
+        }
+
         public override ResetResult Reset(BigInteger? seed, Value options)
         {
             CheckSeed(seed);
+            if (seed.HasValue) lastSeed = seed.Value;  // before the offset is checked, as in probe.py
             draw = seed.HasValue ? (long)(seed.Value % 1000) : (draw * 37 + 11) % 1000;
             long offset = 0;
+            // Find looks a key up as a Python dict does, and finds nothing in options that are no dict
             Value given = options == null ? null : options.Find("offset");
             if (given != null)
             {
@@ -112,7 +124,7 @@ namespace GymRemote.Envs
                 throw EnvException.ValueError(
                     (action.Items.Count < 3 ? "not enough" : "too many") + " values to unpack (expected 3, got " + action.Items.Count + ")");
             }
-            long direction = action.Items[0].ToInt64();
+            long direction = Direction(action.Items[0]);
             double[] push = action.Items[1].ToDoubles();
             long[] pressed = action.Items[2].ToInt64s();
             for (int i = 0; i < 2; i++) bits[i] = i < pressed.Length ? unchecked((sbyte)pressed[i]) : (sbyte)0;
@@ -155,6 +167,51 @@ namespace GymRemote.Envs
         public override Value Render()
         {
             return renderMode == "ansi" ? Value.String("t=" + t + " base=" + baseValue) : Value.None;
+        }
+
+        /// <summary>
+        /// The direction as CONFORMANCE.md §1.4 converts it (probe.py's <c>_integer</c>): Python's <c>int()</c> of a
+        /// number, a NumPy scalar or a one-item array (a float truncated toward zero), within the signed 64-bit range;
+        /// ValueError for NaN, an infinity or a number out of range, TypeError for anything that is not a number.
+        /// </summary>
+        static long Direction(Value value)
+        {
+            if (value.Kind == ValueKind.ObjectArray && value.Size == 1) value = value.Items[0];
+            else if (value.Kind == ValueKind.Array && value.Size == 1) value = Value.Scalar(value.DType, value.ToByteArray());
+            if (value.Kind == ValueKind.Scalar)
+            {
+                switch (value.DType.Kind)
+                {
+                    case 'U': throw NotANumber("str");
+                    case 'S': throw NotANumber("bytes");
+                    case 'c': throw NotANumber("complex");
+                    default: value = value.Item(0); break;  // (a datetime64 or float16 throws NotSupportedException)
+                }
+            }
+            switch (value.Kind)
+            {
+                case ValueKind.Bool: return value.AsBool ? 1 : 0;
+                case ValueKind.Float:
+                    double number = value.AsFloat;
+                    if (double.IsNaN(number) || double.IsInfinity(number)) throw EnvException.ValueError("cannot convert float " + value.Repr() + " to an integer");
+                    if (number < -9223372036854775808.0 || number >= 9223372036854775808.0)
+                    {
+                        throw EnvException.ValueError("the float " + value.Repr() + " is outside the signed 64-bit range");
+                    }
+                    return (long)Math.Truncate(number);
+                case ValueKind.Int:
+                    BigInteger whole = value.AsInteger;
+                    if (whole < -Int64Limit || whole >= Int64Limit) throw EnvException.ValueError("the int " + value.Repr() + " is outside the signed 64-bit range");
+                    return (long)whole;
+                case ValueKind.Array:
+                case ValueKind.ObjectArray: throw NotANumber("ndarray");
+                default: throw NotANumber(value.TypeName());
+            }
+        }
+
+        static EnvException NotANumber(string typeName)
+        {
+            return EnvException.TypeError("the direction must be a number, not " + typeName);
         }
 
         Value Observation()
