@@ -892,11 +892,9 @@ gr_client* gr_client_new(const gr_options* options, size_t num_envs, const gr_sp
         Null(where, action_space, "the action space") || Null(where, callbacks, "callbacks")) {
       return nullptr;
     }
-    if (callbacks->struct_size < offsetof(gr_env_callbacks, close) + sizeof(callbacks->close) &&
-        callbacks->struct_size != 0) {
-      // an older, shorter struct: take what it has (none are older yet)
-    }
-    if (callbacks->struct_size == 0 || callbacks->struct_size > 4096) {
+    // A struct of an older (shorter) version is taken as far as it goes; none is older than version 1's.
+    if (callbacks->struct_size < offsetof(gr_env_callbacks, close) + sizeof(callbacks->close) ||
+        callbacks->struct_size > 4096) {
       Fail(GR_INVALID_ARGUMENT, "gr_client_new: callbacks->struct_size must be sizeof(gr_env_callbacks)");
       return nullptr;
     }

@@ -274,7 +274,9 @@ typedef struct gr_env_callbacks {
   gr_status (*reset)(void* user, size_t env, int32_t has_seed, uint64_t seed, const gr_value* seed_value,
                      const gr_value* options, gr_value* observation, gr_value* info, gr_error* error);
   /* env.step(action): fill `result`. Or return GR_PENDING and give the result later with
-   * gr_client_complete_step (or gr_client_fail_step): the client answers nothing meanwhile. */
+   * gr_client_complete_step (or gr_client_fail_step): the client answers nothing meanwhile, so the
+   * result must come within the learner's step timeout. A STEP for several envs calls them in turn:
+   * the next env's step comes at the pump after the pending one was completed. */
   gr_status (*step)(void* user, size_t env, const gr_value* action, gr_step_result* result, gr_error* error);
   /* env.render(): fill `frame` (left as it is: None). */
   gr_status (*render)(void* user, size_t env, gr_value* frame, gr_error* error);
