@@ -45,6 +45,22 @@ struct gr_step_result {
   gym_remote::StepResult result;
 };
 
+// The numbers of gym_remote.h are the C++ enums' (cast directly); these keep them so.
+static_assert(GR_INVALID_ARGUMENT == static_cast<int>(StatusCode::kInvalidArgument) &&
+                  GR_ENV_ERROR == static_cast<int>(StatusCode::kEnvError) &&
+                  GR_TIMEOUT == static_cast<int>(StatusCode::kTimeout) &&
+                  GR_INTERNAL == static_cast<int>(StatusCode::kInternal) &&
+                  GR_PENDING == static_cast<int>(StatusCode::kPending),
+              "gr_status and StatusCode differ");
+static_assert(GR_STATE_NEW == static_cast<int>(gym_remote::ClientState::kNew) &&
+                  GR_STATE_MEMBER == static_cast<int>(gym_remote::ClientState::kMember) &&
+                  GR_STATE_FAILED == static_cast<int>(gym_remote::ClientState::kFailed),
+              "gr_state and ClientState differ");
+static_assert(GR_NONE == static_cast<int>(Value::Kind::kNull) && GR_BIG_INT == static_cast<int>(Value::Kind::kBigInt) &&
+                  GR_PAIR_DICT == static_cast<int>(Value::Kind::kPairDict) &&
+                  GR_GRAPH == static_cast<int>(Value::Kind::kGraph),
+              "gr_kind and Value::Kind differ");
+
 namespace {
 
 thread_local std::string g_last_error, g_last_type, g_last_module;
@@ -238,6 +254,22 @@ uint32_t gr_protocol_version(void) { return static_cast<uint32_t>(gym_remote::kP
 const char* gr_last_error(void) { return g_last_error.c_str(); }
 const char* gr_last_error_type(void) { return g_last_type.c_str(); }
 const char* gr_last_error_module(void) { return g_last_module.c_str(); }
+
+static gr_log_sink g_log_sink = nullptr;  // the C sink behind the C++ one (set under the C++ log lock)
+
+static void ToLogSink(void* user, gym_remote::LogLevel level, const char* message) {
+  const int32_t number = level == gym_remote::LogLevel::kDebug  ? 0
+                         : level == gym_remote::LogLevel::kInfo ? 1
+                         : level == gym_remote::LogLevel::kWarning ? 2
+                                                                   : 3;
+  if (g_log_sink != nullptr) g_log_sink(user, number, message);
+}
+
+void gr_set_log_sink(gr_log_sink sink, void* user) {
+  gym_remote::SetLogSink(nullptr, nullptr);
+  g_log_sink = sink;
+  if (sink != nullptr) gym_remote::SetLogSink(ToLogSink, user);
+}
 
 gr_status gr_set_log_level(int32_t level) {
   static const gym_remote::LogLevel levels[] = {gym_remote::LogLevel::kDebug, gym_remote::LogLevel::kInfo,

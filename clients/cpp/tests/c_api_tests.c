@@ -256,6 +256,41 @@ static void TestOptionsAndClient(void) {
   gr_options_free(options);
 }
 
+static char g_logged[4096];
+
+static void Sink(void* user, int32_t level, const char* message) {
+  (void)user;
+  if (level >= 1 && strlen(g_logged) + strlen(message) + 2 < sizeof(g_logged)) {
+    strcat(g_logged, message);
+    strcat(g_logged, "\n");
+  }
+}
+
+/* A client asked to stop leaves (BYE, logged through the sink) and ends GR_STOPPED, state closed. */
+static void TestStopAndLogSink(void) {
+  gr_options* options = gr_options_new();
+  CHECK(gr_options_set_endpoint(options, "tcp://127.0.0.1:9") == GR_OK);
+  gr_space* space = gr_space_discrete(2, 0, "int64");
+  gr_env_callbacks callbacks;
+  memset(&callbacks, 0, sizeof(callbacks));
+  callbacks.struct_size = sizeof(callbacks);
+  gr_client* client = gr_client_new(options, 2, space, space, &callbacks, NULL);
+  gr_set_log_sink(Sink, NULL);
+  gr_set_log_level(1);
+  CHECK(gr_client_start(client) == GR_OK);
+  CHECK(gr_client_pump(client, 0) == GR_OK && gr_client_state(client) == GR_STATE_CONNECTING);
+  gr_client_request_stop(client);
+  CHECK(gr_client_pump(client, 1.0) == GR_STOPPED && gr_client_state(client) == GR_STATE_CLOSED);
+  CHECK(strstr(gr_client_error(client), "stopped") != NULL);
+  CHECK(gr_client_pump(client, 0) == GR_STOPPED); /* the final status again */
+  gr_set_log_level(3);
+  gr_set_log_sink(NULL, NULL);
+  CHECK(strstr(g_logged, "leaving") != NULL);
+  gr_client_free(client);
+  gr_space_free(space);
+  gr_options_free(options);
+}
+
 int main(void) {
   gr_set_log_level(3);
   TestVersion();
@@ -265,6 +300,7 @@ int main(void) {
   TestArrays();
   TestSpaces();
   TestOptionsAndClient();
+  TestStopAndLogSink();
   if (g_failures != 0) {
     fprintf(stderr, "%d checks failed\n", g_failures);
     return 1;

@@ -77,6 +77,11 @@ GR_API const char* gr_last_error_module(void);
 
 /* Log lines on stderr at this level and above: 0 debug, 1 info, 2 warning (the default), 3 error. */
 GR_API gr_status gr_set_log_level(int32_t level);
+/* Sends the log lines to `sink(user, level, message)` instead of stderr (e.g. a game engine's console;
+ * level as gr_set_log_level's, message UTF-8 without a newline, borrowed for the call). It may be
+ * called from any thread that logs, one call at a time. NULL: stderr again. */
+typedef void (*gr_log_sink)(void* user, int32_t level, const char* message);
+GR_API void gr_set_log_sink(gr_log_sink sink, void* user);
 
 /* ---- values (PROTOCOL.md §3) -------------------------------------------------------------------- */
 
