@@ -62,17 +62,9 @@ static void Check(gr_status status) {
   if (status != GR_OK) g_broken = 1;
 }
 
-/* dict[key] = item, then frees item. */
-static void Put(gr_value* dict, const char* key, gr_value* item) {
-  if (item != NULL) Check(gr_dict_set(dict, key, item));
-  else g_broken = 1;
-  gr_value_free(item);
-}
-static void Add(gr_value* sequence, gr_value* item) {
-  if (item != NULL) Check(gr_list_append(sequence, item));
-  else g_broken = 1;
-  gr_value_free(item);
-}
+/* dict[key] = item and sequence.append(item), moving item in (a NULL item, a failed constructor: broken). */
+static void Put(gr_value* dict, const char* key, gr_value* item) { Check(gr_dict_set_take(dict, key, item)); }
+static void Add(gr_value* sequence, gr_value* item) { Check(gr_list_append_take(sequence, item)); }
 
 static gr_value* Observation(const Probe* p) {
   const int64_t b = p->base, t = p->t;
@@ -259,10 +251,7 @@ static gr_status Step(void* user, size_t env, const gr_value* action, gr_step_re
     return GR_PENDING;
   }
   if (status != GR_OK) return status;
-  const gr_status set = gr_step_result_set(result, obs, reward, terminated, truncated, info);
-  gr_value_free(obs);
-  gr_value_free(info);
-  return set == GR_OK ? GR_OK : RaiseLast(error);
+  return gr_step_result_take(result, obs, reward, terminated, truncated, info) == GR_OK ? GR_OK : RaiseLast(error);
 }
 
 /* ---- the command line ------------------------------------------------------------------------------- */

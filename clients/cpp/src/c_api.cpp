@@ -326,28 +326,53 @@ gr_value* gr_tuple(void) { return GuardHandle<gr_value>("gr_tuple", [] { return 
 gr_value* gr_dict(void) { return GuardHandle<gr_value>("gr_dict", [] { return New(Value::Dict()); }); }
 gr_value* gr_pair_dict(void) { return GuardHandle<gr_value>("gr_pair_dict", [] { return New(Value::PairDict({})); }); }
 
-gr_value* gr_array(const char* dtype, const int64_t* shape, size_t ndim, const void* data) {
-  return GuardHandle<gr_value>("gr_array", [&]() -> gr_value* {
+}  // extern "C"
+
+// An array of `dtype` and `shape` holding `data` (copied), or zeros when `data` is NULL and zeros is set.
+static gr_value* NewArray(const char* where, const char* dtype, const int64_t* shape, size_t ndim, const void* data,
+                          bool zeros) {
+  return GuardHandle<gr_value>(where, [&]() -> gr_value* {
     DType type;
-    if (!Dtype("gr_array", dtype, &type)) return nullptr;
-    if (ndim > 0 && Null("gr_array", shape, "the shape")) return nullptr;
+    if (!Dtype(where, dtype, &type)) return nullptr;
+    if (ndim > 0 && Null(where, shape, "the shape")) return nullptr;
     const gym_remote::Shape dims = ShapeOf(shape, ndim);
     size_t count = 0;
     if (ndim > 32 || !gym_remote::ShapeSize(dims, &count)) {
-      Fail(GR_INVALID_ARGUMENT, "gr_array: a shape needs at most 32 non-negative dimensions");
+      Fail(GR_INVALID_ARGUMENT, std::string(where) + ": a shape needs at most 32 non-negative dimensions");
       return nullptr;
     }
     const size_t size = count * gym_remote::ItemSize(type);
-    if (size > 0 && Null("gr_array", data, "the data")) return nullptr;
+    if (!zeros && size > 0 && Null(where, data, "the data")) return nullptr;
+    std::string bytes = zeros ? std::string(size, '\0') : std::string(static_cast<const char*>(data), size);
     Value value;
-    const Status status =
-        Value::Array(type, dims, size == 0 ? std::string() : std::string(static_cast<const char*>(data), size), &value);
+    const Status status = Value::Array(type, dims, std::move(bytes), &value);
     if (!status.ok()) {
-      Fail(GR_INVALID_ARGUMENT, "gr_array: " + status.message());
+      Fail(GR_INVALID_ARGUMENT, std::string(where) + ": " + status.message());
       return nullptr;
     }
     return New(std::move(value));
   });
+}
+
+extern "C" {
+
+gr_value* gr_array(const char* dtype, const int64_t* shape, size_t ndim, const void* data) {
+  return NewArray("gr_array", dtype, shape, ndim, data, false);
+}
+gr_value* gr_array_zeros(const char* dtype, const int64_t* shape, size_t ndim) {
+  return NewArray("gr_array_zeros", dtype, shape, ndim, nullptr, true);
+}
+
+void* gr_array_mutable_data(gr_value* value, size_t* size) {
+  if (Null("gr_array_mutable_data", value, "the value")) return nullptr;
+  if (value->kind() != Value::Kind::kArray) {
+    WrongKind("gr_array_mutable_data", *value, "a numpy array");
+    return nullptr;
+  }
+  // The value's own bytes (Value has no mutable accessor; the object is not const, so writing is sound).
+  std::string& bytes = const_cast<std::string&>(value->data());
+  if (size != nullptr) *size = bytes.size();
+  return bytes.empty() ? nullptr : &bytes[0];
 }
 
 static gr_value* Scalar(const char* where, const char* dtype, int kind, int64_t i, uint64_t u, double d) {
@@ -426,28 +451,47 @@ gr_status gr_value_take(gr_value* target, gr_value* source) {
   });
 }
 
-gr_status gr_list_append(gr_value* sequence, const gr_value* item) {
-  return Guard("gr_list_append", [&]() -> gr_status {
-    if (Null("gr_list_append", sequence, "the list") || Null("gr_list_append", item, "the item")) return GR_INVALID_ARGUMENT;
+}  // extern "C"
+
+// `item` copied in, or (take) moved in and its handle freed whatever the outcome.
+static gr_status Append(const char* where, gr_value* sequence, gr_value* item, bool take) {
+  std::unique_ptr<gr_value> owned(take ? item : nullptr);
+  return Guard(where, [&]() -> gr_status {
+    if (Null(where, sequence, "the list") || Null(where, item, "the item")) return GR_INVALID_ARGUMENT;
     if (sequence->kind() != Value::Kind::kList && sequence->kind() != Value::Kind::kTuple) {
-      return WrongKind("gr_list_append", *sequence, "a list or tuple");
+      return WrongKind(where, *sequence, "a list or tuple");
     }
-    sequence->Append(*item);
+    sequence->Append(take ? std::move(static_cast<Value&>(*item)) : Value(*item));
     return GR_OK;
   });
 }
 
-gr_status gr_dict_set(gr_value* dict, const char* key, const gr_value* item) {
-  return Guard("gr_dict_set", [&]() -> gr_status {
-    if (Null("gr_dict_set", dict, "the dict") || Null("gr_dict_set", key, "the key") ||
-        Null("gr_dict_set", item, "the item")) {
+static gr_status DictSet(const char* where, gr_value* dict, const char* key, gr_value* item, bool take) {
+  std::unique_ptr<gr_value> owned(take ? item : nullptr);
+  return Guard(where, [&]() -> gr_status {
+    if (Null(where, dict, "the dict") || Null(where, key, "the key") || Null(where, item, "the item")) {
       return GR_INVALID_ARGUMENT;
     }
-    if (dict->kind() != Value::Kind::kDict) return WrongKind("gr_dict_set", *dict, "a dict (GR_DICT)");
-    if (!gym_remote::ValidUtf8(key)) return Fail(GR_INVALID_ARGUMENT, "gr_dict_set: the key is not valid UTF-8");
-    dict->Set(key, *item);
+    if (dict->kind() != Value::Kind::kDict) return WrongKind(where, *dict, "a dict (GR_DICT)");
+    if (!gym_remote::ValidUtf8(key)) return Fail(GR_INVALID_ARGUMENT, std::string(where) + ": the key is not valid UTF-8");
+    dict->Set(key, take ? std::move(static_cast<Value&>(*item)) : Value(*item));
     return GR_OK;
   });
+}
+
+extern "C" {
+
+gr_status gr_list_append(gr_value* sequence, const gr_value* item) {
+  return Append("gr_list_append", sequence, const_cast<gr_value*>(item), false);
+}
+gr_status gr_list_append_take(gr_value* sequence, gr_value* item) {
+  return Append("gr_list_append_take", sequence, item, true);
+}
+gr_status gr_dict_set(gr_value* dict, const char* key, const gr_value* item) {
+  return DictSet("gr_dict_set", dict, key, const_cast<gr_value*>(item), false);
+}
+gr_status gr_dict_set_take(gr_value* dict, const char* key, gr_value* item) {
+  return DictSet("gr_dict_set_take", dict, key, item, true);
 }
 
 gr_status gr_pair_dict_add(gr_value* dict, const gr_value* key, const gr_value* item) {
@@ -894,24 +938,46 @@ gr_status gr_error_set(gr_error* error, const char* type, const char* module, co
   });
 }
 
-static gr_status FillResult(const char* where, gym_remote::StepResult* result, const gr_value* observation,
-                            double reward, int32_t terminated, int32_t truncated, const gr_value* info) {
+}  // extern "C"
+
+// A step's result from the caller's values: copied, or (take) moved and their handles freed whatever the outcome.
+static gr_status FillResult(const char* where, gym_remote::StepResult* result, gr_value* observation, double reward,
+                            int32_t terminated, int32_t truncated, gr_value* info, bool take) {
+  std::unique_ptr<gr_value> owned_observation(take ? observation : nullptr), owned_info(take ? info : nullptr);
   if (Null(where, observation, "the observation")) return GR_INVALID_ARGUMENT;
   if (info != nullptr && !info->is_dict()) return WrongKind(where, *info, "a dict info");
-  result->observation = *observation;
+  result->observation = take ? std::move(static_cast<Value&>(*observation)) : Value(*observation);
   result->reward = reward;
   result->terminated = terminated != 0;
   result->truncated = truncated != 0;
-  result->info = info != nullptr ? Value(*info) : Value::Dict();
+  result->info = info == nullptr ? Value::Dict() : take ? std::move(static_cast<Value&>(*info)) : Value(*info);
   return GR_OK;
 }
 
+static gr_status SetResult(const char* where, gr_step_result* result, gr_value* observation, double reward,
+                           int32_t terminated, int32_t truncated, gr_value* info, bool take) {
+  return Guard(where, [&]() -> gr_status {
+    if (Null(where, result, "the result")) {
+      if (take) {
+        delete observation;
+        delete info;
+      }
+      return GR_INVALID_ARGUMENT;
+    }
+    return FillResult(where, &result->result, observation, reward, terminated, truncated, info, take);
+  });
+}
+
+extern "C" {
+
 gr_status gr_step_result_set(gr_step_result* result, const gr_value* observation, double reward, int32_t terminated,
                              int32_t truncated, const gr_value* info) {
-  return Guard("gr_step_result_set", [&]() -> gr_status {
-    if (Null("gr_step_result_set", result, "the result")) return GR_INVALID_ARGUMENT;
-    return FillResult("gr_step_result_set", &result->result, observation, reward, terminated, truncated, info);
-  });
+  return SetResult("gr_step_result_set", result, const_cast<gr_value*>(observation), reward, terminated, truncated,
+                   const_cast<gr_value*>(info), false);
+}
+gr_status gr_step_result_take(gr_step_result* result, gr_value* observation, double reward, int32_t terminated,
+                              int32_t truncated, gr_value* info) {
+  return SetResult("gr_step_result_take", result, observation, reward, terminated, truncated, info, true);
 }
 
 // -- the client ---------------------------------------------------------------------------------------
@@ -1011,8 +1077,8 @@ gr_status gr_client_complete_step(gr_client* client, size_t env, const gr_value*
   return Guard("gr_client_complete_step", [&]() -> gr_status {
     if (NoClient("gr_client_complete_step", client)) return GR_INVALID_ARGUMENT;
     gym_remote::StepResult result;
-    const gr_status status =
-        FillResult("gr_client_complete_step", &result, observation, reward, terminated, truncated, info);
+    const gr_status status = FillResult("gr_client_complete_step", &result, const_cast<gr_value*>(observation),
+                                        reward, terminated, truncated, const_cast<gr_value*>(info), false);
     if (status != GR_OK) return status;
     return FromStatus(client->client->CompleteStep(env, Status::Ok(), std::move(result)));
   });

@@ -135,6 +135,13 @@ static void TestContainers(void) {
   gr_value_free(item);
   CheckRepr(pairs, "{1: 2.5}");
 
+  /* the _take variants move the item in and free its handle, also when they fail */
+  gr_value* moved = gr_list();
+  CHECK(gr_list_append_take(moved, gr_str0("m")) == GR_OK && gr_len(moved) == 1);
+  CHECK(gr_dict_set_take(moved, "k", gr_int(1)) == GR_INVALID_ARGUMENT && strstr(gr_last_error(), "gr_dict_set_take"));
+  CHECK(gr_list_append_take(moved, NULL) == GR_INVALID_ARGUMENT && strstr(gr_last_error(), "the item is NULL"));
+  CheckRepr(moved, "['m']");
+
   /* gr_value_take moves a value into an output slot */
   gr_value* slot = gr_none();
   CHECK(gr_value_take(slot, gr_int(5)) == GR_OK);
@@ -172,6 +179,17 @@ static void TestArrays(void) {
     gr_value_free(b);
     gr_value_free(c);
   }
+  gr_value* zeros = gr_array_zeros("<i4", shape, 2);
+  size_t room = 0;
+  int32_t* cells = gr_array_mutable_data(zeros, &room);
+  CHECK(cells != NULL && room == 24 && cells[5] == 0);
+  cells[5] = -9; /* written in place: the value holds it */
+  int32_t back[6];
+  CHECK(gr_array_copy(zeros, back, sizeof(back)) == GR_OK && back[5] == -9 && back[0] == 0);
+  gr_value_free(zeros);
+  gr_value* three_value = gr_int(3);
+  CHECK(gr_array_mutable_data(three_value, &room) == NULL && strstr(gr_last_error(), "expected a numpy array"));
+  gr_value_free(three_value);
   const int64_t one[1] = {1};
   CHECK(gr_array("<f2", one, 1, data) == NULL && strstr(gr_last_error(), "unsupported dtype '<f2'"));
   CHECK(gr_array(">i4", one, 1, data) == NULL && strstr(gr_last_error(), "unsupported dtype"));

@@ -127,6 +127,10 @@ GR_API gr_value* gr_pair_dict(void);
 /* A numpy array of `dtype` and `shape` (ndim dimensions, at most 32), its data copied from `data`
  * (prod(shape) * itemsize bytes, little-endian, C order; NULL allowed when that is 0). */
 GR_API gr_value* gr_array(const char* dtype, const int64_t* shape, size_t ndim, const void* data);
+/* An array of zeros, to be filled in place through gr_array_mutable_data (no copy of the host's data):
+ * the array's own bytes, borrowed, *size set; NULL for an empty array. */
+GR_API gr_value* gr_array_zeros(const char* dtype, const int64_t* shape, size_t ndim);
+GR_API void* gr_array_mutable_data(gr_value* array, size_t* size);
 /* Numpy scalars: an integer dtype from int64 or uint64 (wrapping as numpy's casts do), a float dtype
  * from a double, np.bool_. */
 GR_API gr_value* gr_scalar_int(const char* dtype, int64_t value);
@@ -150,6 +154,9 @@ GR_API gr_status gr_value_take(gr_value* target, gr_value* source);
  * keys); a pair dict whose keys are all str (an empty one too) is a GR_DICT. */
 GR_API gr_status gr_list_append(gr_value* sequence, const gr_value* item);
 GR_API gr_status gr_dict_set(gr_value* dict, const char* key, const gr_value* item);
+/* The same, moving `item` in instead of copying it: its handle is freed, whatever the outcome. */
+GR_API gr_status gr_list_append_take(gr_value* sequence, gr_value* item);
+GR_API gr_status gr_dict_set_take(gr_value* dict, const char* key, gr_value* item);
 GR_API gr_status gr_pair_dict_add(gr_value* dict, const gr_value* key, const gr_value* item);
 
 /* Reading. gr_kind_of: the kind (GR_NONE for a NULL value). gr_len: items of a list, tuple, object
@@ -260,6 +267,9 @@ GR_API gr_status gr_error_set(gr_error* error, const char* type, const char* mod
 typedef struct gr_step_result gr_step_result;
 GR_API gr_status gr_step_result_set(gr_step_result* result, const gr_value* observation, double reward,
                                     int32_t terminated, int32_t truncated, const gr_value* info);
+/* The same, moving observation and info in (no copy): their handles are freed, whatever the outcome. */
+GR_API gr_status gr_step_result_take(gr_step_result* result, gr_value* observation, double reward,
+                                     int32_t terminated, int32_t truncated, gr_value* info);
 
 /* The callbacks of the envs one client hosts; `env` is the env's index among them (0 .. num_envs-1).
  * Each returns GR_OK, or GR_ENV_ERROR with `error` set (step may also return GR_PENDING). Handles
