@@ -328,7 +328,9 @@ GR_API gr_client* gr_client_new(const gr_options* options, size_t num_envs, cons
 GR_API gr_status gr_client_start(gr_client* client);
 /* Does the protocol work that is ready (connecting, handshake, commands, liveness, rejoining),
  * calling the callbacks on this thread; returns within about max_wait_seconds (0: only what is ready
- * now; while a step is pending, at once). GR_OK while the client goes on; once it ended, its final
+ * now; while a step is pending, at once). Longer only when a reply finds the server's queue full (it
+ * waits up to the liveness timeout for room, then counts the server as gone) and at the end, when a
+ * last BYE is given up to 1 s to leave. GR_OK while the client goes on; once it ended, its final
  * status (GR_OK after the server closed) — see gr_client_state. */
 GR_API gr_status gr_client_pump(gr_client* client, double max_wait_seconds);
 /* Start, then pump until the end; the final status. */
