@@ -40,6 +40,7 @@ collect_ignore = ["rllib"]
 EVERY_PLANE_MODULES = {"test_equivalence", "test_faults", "test_partial_batches"}
 ONE_PLANE_MODULES = {
     "test_benchmark_smoke",
+    "test_c_abi",
     "test_channel",
     "test_cli",
     "test_codec",

@@ -179,19 +179,59 @@ struct Client::Impl {
   double typical_wait = 0;  // a moving average of the waits for a command over the data channel (seconds)
   bool learner_crowded = false;  // the latest command carried kFlagCrowded: no core to spare for a spin
 
+  // Where the client stands between pumps.
+  enum class Phase { kNew, kJoining, kServing, kDone };
+  Phase phase = Phase::kNew;
+  bool pumped = false;  // driven by Start/Pump (an env may answer a step later), not by Run
+  Status final;         // once kDone
+  // joining: until when, whether the HELLO still has to go (again), when to say it again
+  Deadline join_deadline;
+  bool in_line = false;
+  bool hello_unsent = true;
+  bool repeating = false;
+  double repeat_after = kHelloRepeatSeconds;
+  Deadline repeat;
+  bool reopen_due = false;  // open a new socket (a new session) at reopen_at
+  Clock::time_point reopen_at;
+  double retry_delay = 0;   // a "not now" from the server's ZAP handler: wait this long before the next socket
+  // A STEP held up by an env whose step() answered Status::Pending().
+  struct PendingStep {
+    std::uint64_t seq = 0;
+    std::vector<std::size_t> indexes;
+    std::vector<Value> actions, infos, finals;
+    std::vector<std::optional<Status>> failures;
+    bool each = false;
+    std::size_t position = 0;  // of the env awaited
+    bool completed = false;    // its result came (CompleteStep), for the next pump to go on with
+    Status status;
+    StepResult result;
+  };
+  std::optional<PendingStep> pending;
+
   std::string Prefix() const { return "client " + options.name + ": "; }
 
   Status Run();
+  Status Start();
+  Status Pump(double max_wait);
+  Status Round(Clock::time_point until, bool* hold);
+  void Finish(const Status& status);
+  ClientState State() const;
   Status Validate();
   Status OpenSocket();
-  Status Join(double timeout, bool* closed);
-  Status SendHello(const Deadline& deadline);
+  void BeginJoin(double timeout);
+  void ScheduleReopen();
+  Status JoinRound(int poll_ms, bool* joined, bool* closed);
+  Status TrySendHello();
   Value Hello();
   Status ReadWelcome(const Message& message);
   Status ConnectionDropped(bool* dropped);
   Status NoAnswer() const;
-  Status Serve(bool* closed);
+  Status ServeRound(int poll_ms, bool* lost, bool* closed);
+  Status Served(const Status& status, Outcome outcome, bool* lost, bool* closed);
   Status Handle(Message* message, Outcome* outcome);
+  Status ResumeStep();
+  Status StepAnswered(std::uint64_t seq, const std::vector<std::size_t>& indexes, std::vector<Value> infos,
+                      std::vector<Value> finals, CommandError* error, std::vector<std::optional<Status>>* failures);
   Status ReadIndexes(Message* message, std::vector<std::size_t>* indexes);
   Status ReadValue(Message* message, Value* value);
   std::string ReadText(Message* message, const char* key);
@@ -204,7 +244,6 @@ struct Client::Impl {
   Status SendError(std::uint64_t seq, const CommandError& error, bool expected);
   Status CheckSizes(const std::vector<std::string>& frames) const;
   void SendBye(std::uint64_t seq, bool dont_wait);
-  bool Sleep(double seconds);  // false if asked to stop meanwhile
 };
 
 Client::Client(ClientOptions options, std::vector<Env*> envs) : impl_(std::make_unique<Impl>()) {
@@ -213,7 +252,15 @@ Client::Client(ClientOptions options, std::vector<Env*> envs) : impl_(std::make_
   if (impl_->options.name.empty()) impl_->options.name = HostName() + ":" + std::to_string(getpid());
 }
 
-Client::~Client() = default;
+Client::~Client() {
+  try {  // a client dropped while it runs leaves (BYE) and closes its envs, as a stopped one
+    if (impl_->phase == Impl::Phase::kJoining || impl_->phase == Impl::Phase::kServing) {
+      impl_->SendBye(0, true);
+      impl_->Finish(Status::Error(StatusCode::kStopped, impl_->Prefix() + "stopped"));
+    }
+  } catch (const std::exception&) {  // nothing leaves a destructor
+  }
+}
 
 void Client::RequestStop() { impl_->stop.store(true); }
 
@@ -232,12 +279,45 @@ std::vector<std::int64_t> Client::slots() const {
   return impl_->slots;
 }
 
-Status Client::Run() {
-  try {
-    return impl_->Run();
-  } catch (const std::exception& error) {  // nothing may cross the boundary (bad_alloc, a bug)
-    return Status::Error(StatusCode::kInternal, impl_->Prefix() + "internal error: " + error.what());
+Status Client::Run() { return impl_->Run(); }
+
+Status Client::Start() {
+  impl_->pumped = true;
+  return impl_->Start();
+}
+
+Status Client::Pump(double max_wait_seconds) { return impl_->Pump(max_wait_seconds); }
+
+ClientState Client::state() const { return impl_->State(); }
+
+Status Client::final_status() const { return impl_->phase == Impl::Phase::kDone ? impl_->final : Status::Ok(); }
+
+std::int64_t Client::pending_env() const {
+  const auto& pending = impl_->pending;
+  if (!pending || pending->completed) return -1;
+  return static_cast<std::int64_t>(pending->indexes[pending->position]);
+}
+
+Status Client::CompleteStep(std::size_t env, Status status, StepResult result) {
+  auto& pending = impl_->pending;
+  if (!pending || pending->completed) {
+    return Status::Error(StatusCode::kInvalidArgument, "CompleteStep(env " + std::to_string(env) +
+                                                           "): no step is pending (" +
+                                                           (pending ? "it was completed already" : "none was") + ")");
   }
+  const std::size_t awaited = pending->indexes[pending->position];
+  if (env != awaited) {
+    return Status::Error(StatusCode::kInvalidArgument, "CompleteStep(env " + std::to_string(env) +
+                                                           "): the step pending is env " + std::to_string(awaited) +
+                                                           "'s");
+  }
+  if (status.code() == StatusCode::kPending) {
+    return Status::Error(StatusCode::kInvalidArgument, "CompleteStep: a completed step cannot be pending again");
+  }
+  pending->status = std::move(status);
+  pending->result = std::move(result);
+  pending->completed = true;
+  return Status::Ok();
 }
 
 Status Client::Impl::Validate() {
@@ -277,43 +357,121 @@ Status Client::Impl::Validate() {
 }
 
 Status Client::Impl::Run() {
-  GYM_REMOTE_RETURN_IF_ERROR(Validate());
-  if (sodium_init() < 0) return Status::Error(StatusCode::kInternal, "libsodium failed to initialize");
+  GYM_REMOTE_RETURN_IF_ERROR(Start());
+  while (phase != Phase::kDone) Pump(1.0);
+  return final;
+}
+
+Status Client::Impl::Start() {
+  if (phase != Phase::kNew) return Status::Error(StatusCode::kInvalidArgument, Prefix() + "started already");
+  Status status = Validate();
+  if (status.ok() && sodium_init() < 0) status = Status::Error(StatusCode::kInternal, "libsodium failed to initialize");
+  if (!status.ok()) {
+    Finish(status);
+    return status;
+  }
   hosted = std::make_unique<HostedEnvs>(envs);
-  Status result;
   try {
     context = std::make_unique<zmq::context_t>();
     connection = std::make_unique<Connection>(context.get());
-    result = OpenSocket();
-    double timeout = options.connect_timeout;
-    while (result.ok()) {
-      bool closed = false;
-      result = Join(timeout, &closed);
-      if (!result.ok() || closed) break;
-      result = Serve(&closed);
-      if (!result.ok() || closed) break;
-      if (!options.reconnect) {
-        result = Status::Error(StatusCode::kLost, Prefix() + "lost the server at " + options.endpoint + lost_reason);
-        break;
-      }
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        ++rejoins;
-      }
-      lost_reason.clear();
-      timeout = options.reconnect_timeout;
-      Log(LogLevel::kWarning, Prefix() + "lost the server at " + options.endpoint + "; rejoining");
-      result = OpenSocket();
+    status = OpenSocket();
+  } catch (const zmq::error_t& error) {
+    status = Status::Error(StatusCode::kInternal, Prefix() + "ZeroMQ failed: " + error.what());
+  }
+  if (!status.ok()) {
+    Finish(status);
+    return status;
+  }
+  BeginJoin(options.connect_timeout);
+  return Status::Ok();
+}
+
+Status Client::Impl::Pump(double max_wait) {
+  if (phase == Phase::kNew) return Status::Error(StatusCode::kInvalidArgument, Prefix() + "Pump() before Start()");
+  if (phase == Phase::kDone) return final;
+  const double wait = max_wait > 0 ? std::min(max_wait, 1e6) : 0.0;
+  const Clock::time_point until =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
+  try {
+    while (true) {
+      bool hold = false;
+      Status status = Round(until, &hold);
+      if (!status.ok()) Finish(status);
+      if (phase == Phase::kDone) return final;
+      if (hold || Clock::now() >= until) return Status::Ok();
     }
   } catch (const zmq::error_t& error) {
-    result = Status::Error(StatusCode::kInternal, Prefix() + "ZeroMQ failed: " + error.what());
+    Finish(Status::Error(StatusCode::kInternal, Prefix() + "ZeroMQ failed: " + error.what()));
+  } catch (const std::exception& error) {  // nothing may cross the boundary (bad_alloc, a bug)
+    Finish(Status::Error(StatusCode::kInternal, Prefix() + "internal error: " + error.what()));
   }
-  hosted->Close();
-  if (connection) connection->Close(kCloseLingerMs);
-  connection.reset();
-  if (context) context->close();  // waits for the linger of the last socket (bounded)
-  context.reset();
-  return result;
+  return final;
+}
+
+// One round of protocol work, waiting at most until `until` (and kIdlePollMs) for something to do.
+// `hold`: nothing can happen before the host acts (a pending step not completed yet).
+Status Client::Impl::Round(Clock::time_point until, bool* hold) {
+  if (pending && !pending->completed && !stop.load()) {
+    *hold = true;
+    return Status::Ok();
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+  const int poll_ms = static_cast<int>(std::clamp<std::int64_t>(left, 0, kIdlePollMs));
+  bool closed = false;
+  if (phase == Phase::kJoining) {
+    bool joined = false;
+    GYM_REMOTE_RETURN_IF_ERROR(JoinRound(poll_ms, &joined, &closed));
+    if (closed) Finish(Status::Ok());
+    if (joined) phase = Phase::kServing;
+    return Status::Ok();
+  }
+  bool lost = false;
+  GYM_REMOTE_RETURN_IF_ERROR(ServeRound(poll_ms, &lost, &closed));
+  if (closed) Finish(Status::Ok());
+  if (!lost) return Status::Ok();
+  if (!options.reconnect) {
+    return Status::Error(StatusCode::kLost, Prefix() + "lost the server at " + options.endpoint + lost_reason);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++rejoins;
+  }
+  lost_reason.clear();
+  Log(LogLevel::kWarning, Prefix() + "lost the server at " + options.endpoint + "; rejoining");
+  pending.reset();  // a step held up when the server went: its answer has no one to go to
+  BeginJoin(options.reconnect_timeout);
+  ScheduleReopen();
+  return Status::Ok();
+}
+
+// The end: the envs closed, a last BYE given its time to leave, and the final status kept.
+void Client::Impl::Finish(const Status& status) {
+  if (phase == Phase::kDone) return;
+  phase = Phase::kDone;
+  final = status;
+  pending.reset();
+  if (hosted) hosted->Close();
+  try {
+    if (connection) connection->Close(kCloseLingerMs);
+    connection.reset();
+    if (context) context->close();  // waits for the linger of the last socket (bounded)
+    context.reset();
+  } catch (const zmq::error_t& error) {
+    Log(LogLevel::kWarning, Prefix() + "closing the connection failed: " + error.what());
+  }
+}
+
+ClientState Client::Impl::State() const {
+  switch (phase) {
+    case Phase::kNew: return ClientState::kNew;
+    case Phase::kJoining:
+      if (in_line) return ClientState::kInLine;
+      return rejoins > 0 ? ClientState::kRejoining : ClientState::kConnecting;
+    case Phase::kServing: return ClientState::kMember;
+    case Phase::kDone: break;
+  }
+  if (final.ok() || final.code() == StatusCode::kStopped) return ClientState::kClosed;
+  return final.code() == StatusCode::kRefused ? ClientState::kRefused : ClientState::kFailed;
 }
 
 // -- connection -------------------------------------------------------------------------------------
@@ -336,15 +494,6 @@ Status Client::Impl::OpenSocket() {
   Status status = connection->Open(open);
   if (!status.ok()) return status.With(Prefix());
   return Status::Ok();
-}
-
-bool Client::Impl::Sleep(double seconds) {
-  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  while (Clock::now() < until) {
-    if (stop.load()) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return !stop.load();
 }
 
 Status Client::Impl::ConnectionDropped(bool* dropped) {
@@ -398,9 +547,9 @@ Status Client::Impl::ConnectionDropped(bool* dropped) {
                                     " is refusing connections for now (too many, or too fast); trying again in " +
                                     text + " s");
         // Close the socket before the wait: libzmq would otherwise connect it again 0.1 s later and send the
-        // HELLO queued in it, which is not waiting (PROTOCOL.md §11 step 6). The caller opens a new one.
+        // HELLO queued in it, which is not waiting (PROTOCOL.md §11 step 6). The next socket waits (ScheduleReopen).
         connection->Close(0);
-        Sleep(delay);
+        retry_delay = delay;
         *dropped = true;
         return Status::Ok();
       }
@@ -492,126 +641,152 @@ Value Client::Impl::Hello() {
   return hello;
 }
 
-Status Client::Impl::SendHello(const Deadline& deadline) {
-  while (true) {  // once per socket: the HELLO names the socket's session
-    EncodedValue encoded;
-    const Value hello = Hello();
-    Status status = EncodeValue(hello, &encoded, "HELLO");
-    if (!status.ok()) return status.With(Prefix());
-    std::vector<std::string> frames = {
-        PackHeader(MessageKind::kHello, 0, static_cast<std::uint16_t>(envs.size()), kFlagValue), encoded.body};
-    for (std::string_view buffer : encoded.buffers) frames.emplace_back(buffer);
-    bool reopen = false;
-    while (!reopen) {
-      status = connection->Send(frames, true);
-      if (status.ok()) {
-        Log(LogLevel::kInfo, Prefix() + "connecting to " + options.endpoint + " with " + std::to_string(envs.size()) +
-                                 " envs");
-        return Status::Ok();
-      }
-      if (status.code() != StatusCode::kTimeout) return status.With(Prefix());
-      // The socket cannot queue it: its connection was turned down (for good: an error; for now: reopen).
-      GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&reopen));
-      if (stop.load()) return Status::Error(StatusCode::kStopped, Prefix() + "stopped before it joined the server");
-      if (deadline.passed()) return NoAnswer();
-      if (!reopen) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    GYM_REMOTE_RETURN_IF_ERROR(OpenSocket());  // libzmq gave up on the old socket's connection
-  }
+void Client::Impl::BeginJoin(double timeout) {
+  phase = Phase::kJoining;
+  join_timeout = timeout;
+  join_deadline = Deadline::After(timeout);
+  in_line = false;
+  hello_unsent = true;
+  repeating = false;
 }
 
-Status Client::Impl::Join(double timeout, bool* closed) {
-  *closed = false;
-  join_timeout = timeout;
-  Deadline deadline = Deadline::After(timeout);
-  GYM_REMOTE_RETURN_IF_ERROR(SendHello(deadline));
-  double repeat_after = kHelloRepeatSeconds;
-  Deadline repeat = Deadline::After(repeat_after);
-  bool in_line = false;
-  Message message;
-  while (true) {
-    if (!in_line && repeat.passed()) {  // unanswered: the learner may have dropped it
-      Log(LogLevel::kInfo, Prefix() + "no answer to HELLO within " + Seconds(repeat_after) + " s; saying it again");
-      GYM_REMOTE_RETURN_IF_ERROR(SendHello(deadline));
-      repeat_after = std::min(2 * repeat_after, kMaxHelloRepeatSeconds);
-      repeat = Deadline::After(repeat_after);
-    }
-    if (stop.load()) {
-      SendBye(0, true);  // leaves the line, if it is in one
-      return Status::Error(StatusCode::kStopped, Prefix() + "stopped before it joined the server at " +
-                                                     options.endpoint);
-    }
-    bool ready = false, event = false, got = false, too_many = false;
-    GYM_REMOTE_RETURN_IF_ERROR(connection->Poll(kIdlePollMs, &ready, &event));
-    if (ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Receive(&message.frames, &got, &too_many));
-    if (!got) {
-      bool dropped = false;
-      GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&dropped));
-      if (dropped) {
-        // The server went away before it welcomed us (or while we waited in line): the HELLO went to
-        // the old server. Start over with a new socket.
-        if (!denied_for_now) {
-          Log(LogLevel::kWarning, Prefix() + "the connection dropped before a WELCOME (the server restarted, or "
-                                             "the HELLO exceeds its message size limit); saying HELLO again");
-        }
-        if (deadline.passed() && !in_line) return NoAnswer();
-        GYM_REMOTE_RETURN_IF_ERROR(OpenSocket());
-        GYM_REMOTE_RETURN_IF_ERROR(SendHello(deadline));
-        repeat_after = kHelloRepeatSeconds;
-        repeat = Deadline::After(repeat_after);
-        continue;
-      }
-      if (deadline.passed()) {
-        if (in_line) {
-          return Status::Error(StatusCode::kTimeout, Prefix() + "no slot of the server at " + options.endpoint +
-                                                         " freed up within " + Seconds(options.slot_timeout) + " s");
-        }
-        return NoAnswer();
-      }
-      continue;
-    }
-    Status parsed = ParseHeader(message.frames[0], &message.header);
-    if (!parsed.ok()) {
-      Log(LogLevel::kWarning, Prefix() + "ignoring a malformed message before WELCOME: " + parsed.message());
-      continue;
-    }
-    const std::uint8_t kind = message.header.kind;
-    if (kind == static_cast<std::uint8_t>(MessageKind::kWelcome)) break;
-    if (kind == static_cast<std::uint8_t>(MessageKind::kRefuse)) {
-      Value answer;
-      message.next = 1;
-      Status read = ReadValue(&message, &answer);
-      if (!read.ok() || !answer.is_dict()) {
-        return Status::Error(StatusCode::kRefused, Prefix() + "the server at " + options.endpoint +
-                                                       " refused this client with a malformed REFUSE: " +
-                                                       read.message());
-      }
-      const Value* waiting = answer.Find("waiting");
-      const Value* reason = answer.Find("reason");
-      const std::string why = reason != nullptr && reason->kind() == Value::Kind::kString ? reason->text() : "?";
-      if (waiting != nullptr && waiting->kind() == Value::Kind::kBool && waiting->as_bool() && options.wait_for_slot) {
-        if (!in_line) {
-          Log(LogLevel::kInfo, Prefix() + why);
-          in_line = true;
-          deadline = Deadline::After(options.slot_timeout);
-        }
-        continue;
-      }
-      return Status::Error(StatusCode::kRefused,
-                           "server at " + options.endpoint + " refused client " + options.name + ": " + why);
-    }
-    if (kind == static_cast<std::uint8_t>(MessageKind::kClose)) {
-      Log(LogLevel::kInfo, Prefix() + "the server at " + options.endpoint + " closed before a slot freed up; exiting");
-      *closed = true;
+// A new socket (a new session) that says HELLO again, after the wait a "not now" asked for.
+void Client::Impl::ScheduleReopen() {
+  reopen_due = true;
+  reopen_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(retry_delay));
+  retry_delay = 0;
+}
+
+// Says HELLO if the socket can queue it now (once per socket: the HELLO names the socket's session);
+// leaves hello_unsent set if not.
+Status Client::Impl::TrySendHello() {
+  EncodedValue encoded;
+  const Value hello = Hello();
+  Status status = EncodeValue(hello, &encoded, "HELLO");
+  if (!status.ok()) return status.With(Prefix());
+  std::vector<std::string> frames = {
+      PackHeader(MessageKind::kHello, 0, static_cast<std::uint16_t>(envs.size()), kFlagValue), encoded.body};
+  for (std::string_view buffer : encoded.buffers) frames.emplace_back(buffer);
+  status = connection->Send(frames, true);
+  if (status.ok()) {
+    Log(LogLevel::kInfo, Prefix() + "connecting to " + options.endpoint + " with " + std::to_string(envs.size()) +
+                             " envs");
+    hello_unsent = false;
+    repeat_after = repeating ? std::min(2 * repeat_after, kMaxHelloRepeatSeconds) : kHelloRepeatSeconds;
+    repeating = false;
+    repeat = Deadline::After(repeat_after);
+    return Status::Ok();
+  }
+  if (status.code() != StatusCode::kTimeout) return status.With(Prefix());
+  // The socket cannot queue it: its connection was turned down (for good: an error; for now: reopen).
+  bool reopen = false;
+  GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&reopen));
+  if (join_deadline.passed()) return NoAnswer();
+  if (reopen) ScheduleReopen();  // libzmq gave up on the old socket's connection
+  return Status::Ok();
+}
+
+Status Client::Impl::JoinRound(int poll_ms, bool* joined, bool* closed) {
+  if (stop.load()) {
+    SendBye(0, true);  // leaves the line, if it is in one
+    return Status::Error(StatusCode::kStopped, Prefix() + "stopped before it joined the server at " +
+                                                   options.endpoint);
+  }
+  if (reopen_due) {
+    const Clock::time_point now = Clock::now();
+    if (now < reopen_at) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(reopen_at - now).count();
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<std::int64_t>(left + 1, poll_ms)));
       return Status::Ok();
     }
+    reopen_due = false;
+    GYM_REMOTE_RETURN_IF_ERROR(OpenSocket());
+    hello_unsent = true;
+    repeating = false;
+  }
+  if (hello_unsent) {
+    GYM_REMOTE_RETURN_IF_ERROR(TrySendHello());
+    if (hello_unsent && !reopen_due) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, poll_ms)));
+    return Status::Ok();
+  }
+  if (!in_line && repeat.passed()) {  // unanswered: the learner may have dropped it
+    Log(LogLevel::kInfo, Prefix() + "no answer to HELLO within " + Seconds(repeat_after) + " s; saying it again");
+    hello_unsent = true;
+    repeating = true;
+    return Status::Ok();
+  }
+  Message message;
+  bool ready = false, event = false, got = false, too_many = false;
+  GYM_REMOTE_RETURN_IF_ERROR(connection->Poll(poll_ms, &ready, &event));
+  if (ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Receive(&message.frames, &got, &too_many));
+  if (!got) {
+    bool dropped = false;
+    GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&dropped));
+    if (dropped) {
+      // The server went away before it welcomed us (or while we waited in line): the HELLO went to
+      // the old server. Start over with a new socket.
+      if (!denied_for_now) {
+        Log(LogLevel::kWarning, Prefix() + "the connection dropped before a WELCOME (the server restarted, or "
+                                           "the HELLO exceeds its message size limit); saying HELLO again");
+      }
+      if (join_deadline.passed() && !in_line) return NoAnswer();
+      ScheduleReopen();
+      return Status::Ok();
+    }
+    if (join_deadline.passed()) {
+      if (in_line) {
+        return Status::Error(StatusCode::kTimeout, Prefix() + "no slot of the server at " + options.endpoint +
+                                                       " freed up within " + Seconds(options.slot_timeout) + " s");
+      }
+      return NoAnswer();
+    }
+    return Status::Ok();
+  }
+  Status parsed = ParseHeader(message.frames[0], &message.header);
+  if (!parsed.ok()) {
+    Log(LogLevel::kWarning, Prefix() + "ignoring a malformed message before WELCOME: " + parsed.message());
+    return Status::Ok();
+  }
+  const std::uint8_t kind = message.header.kind;
+  if (kind == static_cast<std::uint8_t>(MessageKind::kRefuse)) {
+    Value answer;
+    message.next = 1;
+    Status read = ReadValue(&message, &answer);
+    if (!read.ok() || !answer.is_dict()) {
+      return Status::Error(StatusCode::kRefused, Prefix() + "the server at " + options.endpoint +
+                                                     " refused this client with a malformed REFUSE: " +
+                                                     read.message());
+    }
+    const Value* waiting = answer.Find("waiting");
+    const Value* reason = answer.Find("reason");
+    const std::string why = reason != nullptr && reason->kind() == Value::Kind::kString ? reason->text() : "?";
+    if (waiting != nullptr && waiting->kind() == Value::Kind::kBool && waiting->as_bool() && options.wait_for_slot) {
+      if (!in_line) {
+        Log(LogLevel::kInfo, Prefix() + why);
+        in_line = true;
+        join_deadline = Deadline::After(options.slot_timeout);
+      }
+      return Status::Ok();
+    }
+    return Status::Error(StatusCode::kRefused,
+                         "server at " + options.endpoint + " refused client " + options.name + ": " + why);
+  }
+  if (kind == static_cast<std::uint8_t>(MessageKind::kClose)) {
+    Log(LogLevel::kInfo, Prefix() + "the server at " + options.endpoint + " closed before a slot freed up; exiting");
+    *closed = true;
+    return Status::Ok();
+  }
+  if (kind != static_cast<std::uint8_t>(MessageKind::kWelcome)) {
     if (kind != static_cast<std::uint8_t>(MessageKind::kPing)) {
       Log(LogLevel::kWarning, Prefix() + "ignoring " + KindName(kind) + " before WELCOME");
     }
+    return Status::Ok();
   }
   GYM_REMOTE_RETURN_IF_ERROR(ReadWelcome(message));
   bool ignored = false;
   GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&ignored));  // forget events from before this session's WELCOME
+  in_line = false;
+  *joined = true;
   std::lock_guard<std::mutex> lock(mutex);
   welcomed_session = session;
   return Status::Ok();
@@ -684,65 +859,105 @@ void Client::Impl::SendBye(std::uint64_t seq, bool dont_wait) {
   }
 }
 
-Status Client::Impl::Serve(bool* closed) {
-  *closed = false;
-  while (true) {
-    if (stop.load()) {
-      Log(LogLevel::kInfo, Prefix() + "stopping");
-      SendBye(0, true);
-      return Status::Error(StatusCode::kStopped, Prefix() + "stopped");
+Status Client::Impl::ServeRound(int poll_ms, bool* lost, bool* closed) {
+  if (stop.load()) {
+    Log(LogLevel::kInfo, Prefix() + "stopping");
+    SendBye(0, true);
+    return Status::Error(StatusCode::kStopped, Prefix() + "stopped");
+  }
+  if (pending) return Served(ResumeStep(), Outcome::kContinue, lost, closed);  // completed (Round checked)
+  bool ready = false, event = false, got = false, too_many = false;
+  const Clock::time_point since = Clock::now();
+  if (options.spin > 0 && typical_wait < options.spin && !learner_crowded) {
+    ready = connection->SpinForMessage(options.spin);
+  }
+  if (!ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Poll(poll_ms, &ready, &event));
+  Message message;
+  if (ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Receive(&message.frames, &got, &too_many));
+  if (got && connection->carrying()) {  // slow commands turn the spin off until they come fast again
+    // (each counting for at most twice the spin, as in gym_remote/spin.py: one late command alone does not)
+    const double waited = std::chrono::duration<double>(Clock::now() - since).count();
+    typical_wait += 0.25 * (std::min(waited, 2 * options.spin) - typical_wait);
+  }
+  if (!got) {
+    bool dropped = false;
+    GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&dropped));
+    if (dropped) {
+      lost_reason = connection->channel_lost() ? ": its data channel closed" : ": the connection dropped";
+      *lost = true;
     }
-    bool ready = false, event = false, got = false, too_many = false;
-    const Clock::time_point since = Clock::now();
-    if (options.spin > 0 && typical_wait < options.spin && !learner_crowded) {
-      ready = connection->SpinForMessage(options.spin);
-    }
-    if (!ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Poll(kIdlePollMs, &ready, &event));
-    Message message;
-    if (ready) GYM_REMOTE_RETURN_IF_ERROR(connection->Receive(&message.frames, &got, &too_many));
-    if (got && connection->carrying()) {  // slow commands turn the spin off until they come fast again
-      // (each counting for at most twice the spin, as in gym_remote/spin.py: one late command alone does not)
-      const double waited = std::chrono::duration<double>(Clock::now() - since).count();
-      typical_wait += 0.25 * (std::min(waited, 2 * options.spin) - typical_wait);
-    }
-    if (!got) {
-      bool dropped = false;
-      GYM_REMOTE_RETURN_IF_ERROR(ConnectionDropped(&dropped));
-      if (dropped) {
-        lost_reason = connection->channel_lost() ? ": its data channel closed" : ": the connection dropped";
-        return Status::Ok();
-      }
-      continue;
-    }
-    Outcome outcome = Outcome::kContinue;
-    Status status;
-    if (too_many) {
-      Header header;
-      const bool parsed = ParseHeader(message.frames[0], &header).ok();
-      status = SendError(parsed ? header.seq : 0,
-                         CommandError{kNoEnv, Protocol("a message of more than 65536 frames")}, false);
-    } else {
-      status = Handle(&message, &outcome);
-    }
-    if (!status.ok()) {
-      if (status.code() == StatusCode::kTimeout) {  // the server took none of our messages: it is gone
-        Log(LogLevel::kWarning, Prefix() + "the server at " + options.endpoint + " took no reply from this client " +
-                                    "within " + Seconds(options.liveness_timeout) +
-                                    " s (it stopped reading, or is gone); counting the server as gone");
-        lost_reason = ": it took no reply within the liveness timeout";
-        return Status::Ok();
-      }
-      return status;
-    }
-    if (outcome == Outcome::kClosed) {
-      *closed = true;
+    return Status::Ok();
+  }
+  Outcome outcome = Outcome::kContinue;
+  Status status;
+  if (too_many) {
+    Header header;
+    const bool parsed = ParseHeader(message.frames[0], &header).ok();
+    status = SendError(parsed ? header.seq : 0, CommandError{kNoEnv, Protocol("a message of more than 65536 frames")},
+                       false);
+  } else {
+    status = Handle(&message, &outcome);
+  }
+  return Served(status, outcome, lost, closed);
+}
+
+// What a handled command (or a completed pending step) means for the membership.
+Status Client::Impl::Served(const Status& status, Outcome outcome, bool* lost, bool* closed) {
+  if (!status.ok()) {
+    if (status.code() == StatusCode::kTimeout) {  // the server took none of our messages: it is gone
+      Log(LogLevel::kWarning, Prefix() + "the server at " + options.endpoint + " took no reply from this client " +
+                                  "within " + Seconds(options.liveness_timeout) +
+                                  " s (it stopped reading, or is gone); counting the server as gone");
+      lost_reason = ": it took no reply within the liveness timeout";
+      *lost = true;
       return Status::Ok();
     }
-    if (outcome == Outcome::kEvicted) {
-      lost_reason = ": it evicted this client";
-      return Status::Ok();
+    return status;
+  }
+  if (outcome == Outcome::kClosed) *closed = true;
+  if (outcome == Outcome::kEvicted) {
+    lost_reason = ": it evicted this client";
+    *lost = true;
+  }
+  return Status::Ok();
+}
+
+// Goes on with the pending STEP now that its awaited env's result came: the next envs, then the RESULT.
+Status Client::Impl::ResumeStep() {
+  PendingStep& step = *pending;
+  std::size_t next = kNoEnv;
+  CommandError error;
+  std::vector<std::optional<Status>>* each = step.each ? &step.failures : nullptr;
+  const bool ok = hosted->ResumeStep(step.position, std::move(step.status), std::move(step.result), step.indexes,
+                                     step.actions, &step.infos, &step.finals, &error, each, &next);
+  if (ok && next != kNoEnv) {
+    step.position = next;
+    step.completed = false;
+    step.status = Status::Ok();
+    step.result = StepResult();
+    return Status::Ok();
+  }
+  PendingStep done = std::move(*pending);
+  pending.reset();
+  if (!ok) return SendError(done.seq, error, false);
+  return StepAnswered(done.seq, done.indexes, std::move(done.infos), std::move(done.finals), &error,
+                      done.each ? &done.failures : nullptr);
+}
+
+// The RESULT of a STEP whose envs all answered, its envs' errors logged first (FLAG_EACH).
+Status Client::Impl::StepAnswered(std::uint64_t seq, const std::vector<std::size_t>& indexes,
+                                  std::vector<Value> infos, std::vector<Value> finals, CommandError* error,
+                                  std::vector<std::optional<Status>>* failures) {
+  if (failures != nullptr) {
+    for (std::size_t position = 0; position < failures->size(); ++position) {
+      const std::optional<Status>& failure = (*failures)[position];
+      if (failure) {
+        Log(LogLevel::kError, Prefix() + ErrorReport(*failure).Find("type")->text() + ": " + failure->message() +
+                                  " (env " + std::to_string(indexes[position]) + ")");
+      }
     }
   }
+  return SendResult(seq, indexes, std::move(infos), std::move(finals), error, failures);
 }
 
 Status Client::Impl::Handle(Message* message, Outcome* outcome) {
@@ -770,14 +985,23 @@ Status Client::Impl::Handle(Message* message, Outcome* outcome) {
       std::vector<Value> infos, finals;
       std::vector<std::optional<Status>> failures;
       std::vector<std::optional<Status>>* each = (header.flags & kFlagEach) ? &failures : nullptr;
-      if (!hosted->Step(indexes, actions, &infos, &finals, &error, each)) return SendError(seq, error, false);
-      for (std::size_t position = 0; position < failures.size(); ++position) {
-        if (failures[position]) {
-          Log(LogLevel::kError, Prefix() + ErrorReport(*failures[position]).Find("type")->text() + ": " +
-                                    failures[position]->message() + " (env " + std::to_string(indexes[position]) + ")");
-        }
+      std::size_t awaited = kNoEnv;
+      if (!hosted->Step(indexes, actions, &infos, &finals, &error, each, pumped ? &awaited : nullptr)) {
+        return SendError(seq, error, false);
       }
-      return SendResult(seq, indexes, std::move(infos), std::move(finals), &error, each);
+      if (awaited != kNoEnv) {  // an env answers later (CompleteStep): nothing more is answered until then
+        pending.emplace();
+        pending->seq = seq;
+        pending->indexes = std::move(indexes);
+        pending->actions = std::move(actions);
+        pending->infos = std::move(infos);
+        pending->finals = std::move(finals);
+        pending->failures = std::move(failures);
+        pending->each = each != nullptr;
+        pending->position = awaited;
+        return Status::Ok();
+      }
+      return StepAnswered(seq, indexes, std::move(infos), std::move(finals), &error, each);
     }
     case MessageKind::kReset: {
       Status status = ReadIndexes(message, &indexes);

@@ -224,11 +224,11 @@ Value HostedEnvs::ObservationList(const std::vector<std::size_t>& indexes) const
 
 // -- commands ---------------------------------------------------------------------------------------
 
-Status HostedEnvs::ResetOne(std::size_t index, const std::optional<std::int64_t>& seed, const Value* options,
+Status HostedEnvs::ResetOne(std::size_t index, const Value& seed, const Value* options,
                             Value* obs, Value* info) {
   *obs = Value();
   *info = Value::Dict();
-  GYM_REMOTE_RETURN_IF_ERROR(envs_[index]->reset(seed, options, obs, info));
+  GYM_REMOTE_RETURN_IF_ERROR(envs_[index]->reset_any_seed(seed, options, obs, info));
   if (!info->is_dict()) return TypeError("reset() returned an info that is not a dict: " + info->TypeName());
   return Status::Ok();
 }
@@ -239,23 +239,19 @@ bool HostedEnvs::Reset(const std::vector<std::size_t>& indexes, const std::vecto
   for (std::size_t position = 0; position < indexes.size(); ++position) {
     const std::size_t index = indexes[position];
     const Value& seed_value = seeds[position];
-    std::optional<std::int64_t> seed;
+    Value seed = seed_value.kind() == Value::Kind::kBool ? Value::Int(seed_value.as_bool() ? 1 : 0) : seed_value;
     Status status;
-    if (seed_value.kind() == Value::Kind::kInt || seed_value.kind() == Value::Kind::kBool) {
-      seed = seed_value.kind() == Value::Kind::kInt ? seed_value.as_int() : (seed_value.as_bool() ? 1 : 0);
-      if (*seed < 0) {  // what Gymnasium's Env.reset raises (gymnasium.utils.seeding.np_random)
-        status = Status::EnvError("Error", "Seed must be greater or equal to zero, actual value: " +
-                                               std::to_string(*seed), "gymnasium.error");
-      }
-    } else if (seed_value.kind() == Value::Kind::kBigInt) {
-      status = Status::EnvError("Error", "this C++ client takes seeds in the signed 64-bit range, got " +
-                                             seed_value.Repr(), "gymnasium.error");
-    } else if (!seed_value.is_none()) {
+    if ((seed.kind() == Value::Kind::kInt && seed.as_int() < 0) ||
+        (seed.kind() == Value::Kind::kBigInt && !seed.text().empty() && seed.text()[0] == '-')) {
+      // what Gymnasium's Env.reset raises (gymnasium.utils.seeding.np_random)
+      status = Status::EnvError("Error", "Seed must be greater or equal to zero, actual value: " + seed.Repr(),
+                                "gymnasium.error");
+    } else if (!seed.is_none() && !seed.is_int()) {
       status = Status::EnvError("Error", "Seed must be a python integer, actual type: <class '" +
                                              seed_value.TypeName() + "'>", "gymnasium.error");
     }
     // Gymnasium's Env.reset records the seed first (super().reset(seed=seed)), even if the env then raises.
-    if (status.ok() && seed) last_seed_[index] = seed;
+    if (status.ok() && !seed.is_none()) last_seed_[index] = seed;
     Value obs, info;
     if (status.ok()) status = ResetOne(index, seed, options, &obs, &info);
     if (status.ok()) status = WriteObservation(index, obs);
@@ -275,53 +271,86 @@ bool HostedEnvs::Reset(const std::vector<std::size_t>& indexes, const std::vecto
 
 bool HostedEnvs::Step(const std::vector<std::size_t>& indexes, const std::vector<Value>& actions,
                       std::vector<Value>* infos, std::vector<Value>* finals, CommandError* error,
-                      std::vector<std::optional<Status>>* each) {
+                      std::vector<std::optional<Status>>* each, std::size_t* pending) {
   infos->clear();
   finals->clear();
   if (each != nullptr) each->assign(indexes.size(), std::nullopt);
-  for (std::size_t position = 0; position < indexes.size(); ++position) {
+  return StepFrom(0, indexes, actions, infos, finals, error, each, pending);
+}
+
+bool HostedEnvs::ResumeStep(std::size_t position, Status status, StepResult result,
+                            const std::vector<std::size_t>& indexes, const std::vector<Value>& actions,
+                            std::vector<Value>* infos, std::vector<Value>* finals, CommandError* error,
+                            std::vector<std::optional<Status>>* each, std::size_t* pending) {
+  if (!Settle(position, true, std::move(status), &result, indexes, infos, finals, error, each)) return false;
+  return StepFrom(position + 1, indexes, actions, infos, finals, error, each, pending);
+}
+
+bool HostedEnvs::StepFrom(std::size_t start, const std::vector<std::size_t>& indexes,
+                          const std::vector<Value>& actions, std::vector<Value>* infos, std::vector<Value>* finals,
+                          CommandError* error, std::vector<std::optional<Status>>* each, std::size_t* pending) {
+  for (std::size_t position = start; position < indexes.size(); ++position) {
     const std::size_t index = indexes[position];
-    Env& env = *envs_[index];
     StepResult result;
     Status status;
-    if (mode_ == AutoresetMode::kNextStep && autoreset_[index]) {
-      status = ResetOne(index, std::nullopt, nullptr, &result.observation, &result.info);
+    const bool resets = mode_ == AutoresetMode::kNextStep && autoreset_[index];
+    if (resets) {
+      status = ResetOne(index, Value(), nullptr, &result.observation, &result.info);
     } else {
-      status = env.step(actions[position], &result);
-      if (status.ok() && !result.info.is_dict()) {
-        status = TypeError("step() returned an info that is not a dict: " + result.info.TypeName());
-      }
-      if (status.ok() && mode_ == AutoresetMode::kSameStep && (result.terminated || result.truncated)) {
-        Value obs, info;
-        status = ResetOne(index, std::nullopt, nullptr, &obs, &info);
-        if (status.ok()) {
-          if (finals->empty()) finals->assign(indexes.size(), Value());
-          (*finals)[position] = Value::Tuple({std::move(result.observation), std::move(result.info)});
-          result.observation = std::move(obs);
-          result.info = std::move(info);
+      status = envs_[index]->step(actions[position], &result);
+      if (status.code() == StatusCode::kPending) {
+        if (pending != nullptr) {
+          *pending = position;
+          return true;
         }
+        status = Status::EnvError("RuntimeError", "step() answered 'pending', which only a pumped client can wait for");
       }
     }
-    if (status.ok()) status = WriteObservation(index, result.observation);
-    if (!status.ok() && each != nullptr) {
-      (*each)[position] = status;
-      (void)WriteObservation(index, env_obs_[index]);  // its rows hold its last observation again
-      rewards_[index] = 0.0;
-      terminated_[index] = truncated_[index] = false;
-      infos->push_back(Value::Dict());
-      continue;
-    }
-    if (!status.ok()) {
-      *error = CommandError{index, status};
-      return false;
-    }
-    env_obs_[index] = std::move(result.observation);
-    autoreset_[index] = result.terminated || result.truncated;
-    rewards_[index] = result.reward;
-    terminated_[index] = result.terminated;
-    truncated_[index] = result.truncated;
-    infos->push_back(std::move(result.info));
+    if (!Settle(position, !resets, std::move(status), &result, indexes, infos, finals, error, each)) return false;
   }
+  if (pending != nullptr) *pending = kNoEnv;
+  return true;
+}
+
+// The rest of one env's share of a STEP once its step() (`stepped`) or its autoreset answered.
+bool HostedEnvs::Settle(std::size_t position, bool stepped, Status status, StepResult* result,
+                        const std::vector<std::size_t>& indexes, std::vector<Value>* infos, std::vector<Value>* finals,
+                        CommandError* error, std::vector<std::optional<Status>>* each) {
+  const std::size_t index = indexes[position];
+  if (stepped) {
+    if (status.ok() && !result->info.is_dict()) {
+      status = TypeError("step() returned an info that is not a dict: " + result->info.TypeName());
+    }
+    if (status.ok() && mode_ == AutoresetMode::kSameStep && (result->terminated || result->truncated)) {
+      Value obs, info;
+      status = ResetOne(index, Value(), nullptr, &obs, &info);
+      if (status.ok()) {
+        if (finals->empty()) finals->assign(indexes.size(), Value());
+        (*finals)[position] = Value::Tuple({std::move(result->observation), std::move(result->info)});
+        result->observation = std::move(obs);
+        result->info = std::move(info);
+      }
+    }
+  }
+  if (status.ok()) status = WriteObservation(index, result->observation);
+  if (!status.ok() && each != nullptr) {
+    (*each)[position] = status;
+    (void)WriteObservation(index, env_obs_[index]);  // its rows hold its last observation again
+    rewards_[index] = 0.0;
+    terminated_[index] = truncated_[index] = false;
+    infos->push_back(Value::Dict());
+    return true;
+  }
+  if (!status.ok()) {
+    *error = CommandError{index, status};
+    return false;
+  }
+  env_obs_[index] = std::move(result->observation);
+  autoreset_[index] = result->terminated || result->truncated;
+  rewards_[index] = result->reward;
+  terminated_[index] = result->terminated;
+  truncated_[index] = result->truncated;
+  infos->push_back(std::move(result->info));
   return true;
 }
 
@@ -336,7 +365,7 @@ Status HostedEnvs::Attribute(std::size_t index, const std::string& name, Value* 
   if (env.get_attr(name, value)) return Status::Ok();
   if (name == "render") return env.render(value);
   if (name == "np_random_seed") {
-    *value = Value::Int(last_seed_[index] ? *last_seed_[index] : -1);
+    *value = last_seed_[index].is_none() ? Value::Int(-1) : last_seed_[index];
     return Status::Ok();
   }
   if (name == "metadata") {

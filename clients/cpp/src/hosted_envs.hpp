@@ -60,8 +60,15 @@ class HostedEnvs {
   // SAME_STEP mode, `finals` (one per env: None or (final_obs, final_info)). An env that fails stops the
   // step (false, `error`); with `each` (FLAG_EACH, PROTOCOL.md §5.6) the others are stepped all the same and
   // `each` gets, per env, the failure or nothing (a failed env keeps its observation and autoreset flag).
+  // An env whose step() answers Status::Pending() holds the command up: with `pending` given, Step then
+  // returns true with *pending = its position (else kNoEnv once all are stepped), and ResumeStep goes on
+  // with that env's result when it comes; without, the pending answer is that env's error.
   bool Step(const std::vector<std::size_t>& indexes, const std::vector<Value>& actions, std::vector<Value>* infos,
-            std::vector<Value>* finals, CommandError* error, std::vector<std::optional<Status>>* each = nullptr);
+            std::vector<Value>* finals, CommandError* error, std::vector<std::optional<Status>>* each = nullptr,
+            std::size_t* pending = nullptr);
+  bool ResumeStep(std::size_t position, Status status, StepResult result, const std::vector<std::size_t>& indexes,
+                  const std::vector<Value>& actions, std::vector<Value>* infos, std::vector<Value>* finals,
+                  CommandError* error, std::vector<std::optional<Status>>* each, std::size_t* pending);
   // CALL `name` (query: "" for a plain call, else the query's name).
   bool Call(const std::vector<std::size_t>& indexes, const std::string& name, const std::string& query,
             std::vector<Value>* results, CommandError* error);
@@ -78,8 +85,14 @@ class HostedEnvs {
   void Close();
 
  private:
-  Status ResetOne(std::size_t index, const std::optional<std::int64_t>& seed, const Value* options, Value* obs,
+  Status ResetOne(std::size_t index, const Value& seed, const Value* options, Value* obs,
                   Value* info);
+  bool StepFrom(std::size_t start, const std::vector<std::size_t>& indexes, const std::vector<Value>& actions,
+                std::vector<Value>* infos, std::vector<Value>* finals, CommandError* error,
+                std::vector<std::optional<Status>>* each, std::size_t* pending);
+  bool Settle(std::size_t position, bool stepped, Status status, StepResult* result,
+              const std::vector<std::size_t>& indexes, std::vector<Value>* infos, std::vector<Value>* finals,
+              CommandError* error, std::vector<std::optional<Status>>* each);
   Status WriteObservation(std::size_t index, const Value& observation);
   Status WriteNode(const Space& space, const Value& value, std::size_t row, std::size_t* leaf);
   Value BuildAction(const Space& space, const std::vector<std::string_view>& frames, const std::vector<DType>& dtypes,
@@ -95,7 +108,7 @@ class HostedEnvs {
   std::vector<Value> env_obs_;
   std::vector<double> rewards_;
   std::vector<bool> terminated_, truncated_, autoreset_;
-  std::vector<std::optional<std::int64_t>> last_seed_;
+  std::vector<Value> last_seed_;  // None before any seeded reset
   std::vector<std::map<std::string, Value>> attributes_;  // set by SET_ATTR
 };
 

@@ -13,6 +13,8 @@ namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kWarning)};
 std::mutex g_mutex;
+LogSink g_sink = nullptr;  // guarded by g_mutex
+void* g_sink_user = nullptr;
 
 const char* LevelName(LogLevel level) {
   switch (level) {
@@ -25,6 +27,12 @@ const char* LevelName(LogLevel level) {
 }
 
 }  // namespace
+
+void SetLogSink(LogSink sink, void* user) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_sink = sink;
+  g_sink_user = user;
+}
 
 void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
 LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }
@@ -43,6 +51,13 @@ bool ParseLogLevel(const std::string& text, LogLevel* level) {
 
 void Log(LogLevel level, const std::string& message) {
   if (static_cast<int>(level) < g_level.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_sink != nullptr) {
+      g_sink(g_sink_user, level, message.c_str());
+      return;
+    }
+  }
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
   const auto millis =

@@ -52,6 +52,18 @@ struct ClientOptions {
 Status ConfigureSecurity(const std::string& server_key, const std::string& client_key, const std::string& secret,
                          ClientOptions* options);
 
+// Where a client stands (Client::state()).
+enum class ClientState {
+  kNew,         // not started
+  kConnecting,  // saying HELLO to the server, waiting for its WELCOME
+  kInLine,      // the server is full: waiting in line for a slot
+  kMember,      // serving slots
+  kRejoining,   // the server went away: joining it again as a new session
+  kClosed,      // ended: the server closed, or the client was stopped (the final status says which)
+  kRefused,     // ended: the server refused this client
+  kFailed,      // ended: any other failure (the final status says what)
+};
+
 class Client {
  public:
   // `envs` are not owned: they must outlive Run(). One env per slot the client serves (at most 65535).
@@ -64,8 +76,28 @@ class Client {
   // a BYE), or the client fails: refused (kRefused), key not authorized (kUnauthorized), security
   // handshakes failing (kHandshakeFailed), no server or no slot in time (kTimeout), the server gone
   // with reconnecting off or given up (kLost, kTimeout), bad options (kInvalidArgument).
-  // Calls every env's close() before it returns.
+  // Calls every env's close() before it returns. The same as Start() and Pump() until the end.
   Status Run();
+
+  // The same client driven from the caller's own loop (a game's main loop): Start() checks the options
+  // and opens the connection without waiting for anything; each Pump(max_wait) then does the protocol
+  // work that is ready (connecting, handshake, commands, liveness, rejoining), calling the envs on the
+  // calling thread, and returns within about max_wait seconds (0: only what is ready now; the end of
+  // the client, which lets a last BYE leave, may take up to 1 s more). Pump returns ok while the
+  // client goes on, and its final status (as Run's) once it ended; state() says which. Call Start,
+  // Pump and CompleteStep from one thread.
+  Status Start();
+  Status Pump(double max_wait_seconds);
+  ClientState state() const;
+  // The final status once the client ended (state() kClosed, kRefused or kFailed), else ok.
+  Status final_status() const;
+
+  // A step an env answered with Status::Pending(): while one is pending the client answers nothing
+  // (replies stay in order) and Pump returns at once; CompleteStep gives env `env`'s result (its
+  // index among the client's envs), and the next Pump goes on with the command. pending_env() is the
+  // env whose step is awaited, or -1.
+  std::int64_t pending_env() const;
+  Status CompleteStep(std::size_t env, Status status, StepResult result);
 
   // Asks Run() to leave (BYE) and return kStopped, within about 0.2 s when idle, else after the
   // command it is handling. Safe to call from a signal handler or another thread.

@@ -42,6 +42,19 @@ class Env {
   virtual Status reset(const std::optional<std::int64_t>& seed, const Value* options, Value* observation,
                        Value* info) = 0;
 
+  // reset() with the seed as the learner sent it: None or a non-negative int of any size (kInt, or
+  // kBigInt beyond the signed 64-bit range). The default hands reset() the seeds of the signed 64-bit
+  // range and refuses larger ones; an env that takes any seed overrides it (the C API's envs do).
+  virtual Status reset_any_seed(const Value& seed, const Value* options, Value* observation, Value* info) {
+    if (seed.kind() == Value::Kind::kBigInt) {
+      return Status::EnvError("Error", "this C++ env takes seeds in the signed 64-bit range, got " + seed.Repr(),
+                              "gymnasium.error");
+    }
+    std::optional<std::int64_t> number;
+    if (seed.kind() == Value::Kind::kInt) number = seed.as_int();
+    return reset(number, options, observation, info);
+  }
+
   // env.step(action).
   virtual Status step(const Value& action, StepResult* result) = 0;
 

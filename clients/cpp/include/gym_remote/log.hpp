@@ -15,4 +15,9 @@ LogLevel GetLogLevel();
 bool ParseLogLevel(const std::string& text, LogLevel* level);
 void Log(LogLevel level, const std::string& message);
 
+// Where log lines go instead of stderr (a game engine's console): `sink(user, level, message)` is called
+// under a lock, from whichever thread logs. nullptr: stderr again.
+using LogSink = void (*)(void* user, LogLevel level, const char* message);
+void SetLogSink(LogSink sink, void* user);
+
 }  // namespace gym_remote

@@ -19,6 +19,7 @@ enum class StatusCode {
   kLost,             // the server went away and reconnecting is off (or gave up)
   kStopped,          // Client::request_stop() was called (a signal): the client said BYE and left
   kInternal,         // a bug, or a resource failure (libzmq, memory)
+  kPending,          // Env::step only: the result comes later, through Client::CompleteStep (a pumped client)
 };
 
 // What a call did: ok, or what went wrong. For env errors (kEnvError), `type` and `module` name the
@@ -38,6 +39,10 @@ class Status {
     status.module_ = std::move(module);
     return status;
   }
+
+  // What Env::step answers to give its result later (Client::CompleteStep); only a client driven by
+  // Start/Pump can wait for it.
+  static Status Pending() { return Status(StatusCode::kPending, "step pending"); }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
