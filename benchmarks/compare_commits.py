@@ -46,11 +46,20 @@ noise by (PufferLib's workers busy-wait), so they are shown and neither judged n
 
 
 def checkout(ref: str, directory: Path) -> Path:
-    """A detached worktree of ``ref`` in ``directory`` (the C++ client's build, if any, shared with it)."""
+    """A detached worktree of ``ref`` in ``directory``, with a C++ client build if this tree has one: shared with
+    it when ``ref``'s clients/cpp is this tree's, else built from ``ref``'s sources (so that its rows measure it)."""
     subprocess.run(["git", "worktree", "add", "--detach", str(directory), ref], cwd=REPOSITORY, check=True)
     build = REPOSITORY / "clients" / "cpp" / "build"
-    if build.is_dir():
+    if not build.is_dir():
+        return directory
+    same = subprocess.run(["git", "diff", "--quiet", ref, "--", "clients/cpp"], cwd=REPOSITORY).returncode == 0
+    if same:
         (directory / "clients" / "cpp" / "build").symlink_to(build)
+        return directory
+    source = directory / "clients" / "cpp"
+    print(f"building {ref}'s C++ client (its clients/cpp differs from this tree's)", flush=True)
+    subprocess.run(["cmake", "-S", str(source), "-B", str(source / "build"), "-DCMAKE_BUILD_TYPE=Release"], check=True)
+    subprocess.run(["cmake", "--build", str(source / "build"), "-j", str(os.cpu_count() or 1)], check=True)
     return directory
 
 
