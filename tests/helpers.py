@@ -106,6 +106,33 @@ def call_interrupted_at(
         sys.settrace(None)
 
 
+def interrupting_send(
+    send: Callable[..., Any],
+    number: int,
+    before: bool,
+    interrupt: type[BaseException] = KeyboardInterrupt,
+    first: Callable[[Any], bool] = lambda frame: True,
+) -> Callable[..., Any]:
+    """pyzmq's compiled ``send`` (``gym_remote.links.zeromq._queue``), raising ``interrupt`` once, in the main thread,
+    at the ``number``-th frame counted from the first for which ``first(frame)`` holds, ``before`` the frame is
+    queued or after: an interrupt out of the compiled send, on either side of the queueing."""
+    counted = 0
+
+    def interrupting(sock, frame, *rest):
+        nonlocal counted
+        if counted < number and threading.current_thread() is threading.main_thread() and (counted or first(frame)):
+            counted += 1
+            if counted == number and before:
+                raise interrupt
+            result = send(sock, frame, *rest)
+            if counted == number:
+                raise interrupt
+            return result
+        return send(sock, frame, *rest)
+
+    return interrupting
+
+
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
     """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
     if not wait_for(condition, timeout, interval):

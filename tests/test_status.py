@@ -24,7 +24,14 @@ from gym_remote.links import zeromq as zeromq_link
 from gym_remote.protocol import Kind
 from gym_remote.security import create_key_files, read_secret_file
 from gym_remote.status import format_status, query_status
-from tests.helpers import GYM_REMOTE_SCRIPT, finished, free_tcp_address, wait_for_listening, wait_until
+from tests.helpers import (
+    GYM_REMOTE_SCRIPT,
+    finished,
+    free_tcp_address,
+    interrupting_send,
+    wait_for_listening,
+    wait_until,
+)
 
 # -- the recorder ---------------------------------------------------------------------------------------
 
@@ -218,27 +225,6 @@ def test_status_answers_at_most_ten_requests_a_second_and_a_dropped_one_is_asked
     assert report["num_envs"] == 1 and 0.2 < seconds < 5, seconds
 
 
-def _interrupting_the_status_answer(send, number: int, before: bool):
-    """pyzmq's compiled ``send``, raising KeyboardInterrupt once, in the main thread, at the ``number``-th frame of
-    the next message to a status client (its routing id the first), ``before`` the frame is queued or after."""
-    counted = 0
-
-    def interrupting(sock, frame, *rest):
-        nonlocal counted
-        if counted < number and threading.current_thread() is threading.main_thread():
-            if counted or (isinstance(frame, bytes) and frame.startswith(b"status-")):
-                counted += 1
-                if counted == number and before:
-                    raise KeyboardInterrupt
-                result = send(sock, frame, *rest)
-                if counted == number:
-                    raise KeyboardInterrupt
-                return result
-        return send(sock, frame, *rest)
-
-    return interrupting
-
-
 @pytest.mark.timeout(120)
 def test_a_status_answer_an_interrupt_cut_short_is_asked_for_again(run, tmp_path, monkeypatch, caplog, stack):
     """A learner Ctrl-C'ed inside the send of a STATUS_REPORT finishes it at its next send, the frame in doubt
@@ -259,7 +245,7 @@ def test_a_status_answer_an_interrupt_cut_short_is_asked_for_again(run, tmp_path
     for when in ("before", "after"):
         for number in range(1, report_frames + 1):
             case = f"frame {number} of the report interrupted {when} it was queued"
-            interrupting = _interrupting_the_status_answer(compiled, number, before=when == "before")
+            interrupting = interrupting_send(compiled, number, when == "before", first=_status_routing_id)
             monkeypatch.setattr(zeromq_link, "_queue", interrupting)
             caplog.clear()
             interrupts = 0
@@ -282,6 +268,11 @@ def test_a_status_answer_an_interrupt_cut_short_is_asked_for_again(run, tmp_path
             malformed = [record for record in caplog.records if "dropped a malformed message" in record.getMessage()]
             doubled = when == "after" and number < report_frames  # (a last frame sent twice is dropped by the router)
             assert len(malformed) == doubled, f"{case}: {[record.getMessage() for record in malformed]}"
+
+
+def _status_routing_id(frame) -> bool:
+    """Whether ``frame`` is a status client's routing id: the first frame of a message to it."""
+    return isinstance(frame, bytes) and frame.startswith(b"status-")
 
 
 def ask_while_stepping(envs, ask, step=None):

@@ -21,7 +21,7 @@ import zmq
 
 from gym_remote.links import zeromq as zeromq_link
 from gym_remote.links.zeromq import Dealer, Router
-from tests.helpers import call_interrupted_at
+from tests.helpers import call_interrupted_at, interrupting_send
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -132,23 +132,6 @@ def _doubled_once(message: list[bytes], whole: list[bytes], routing_id: bytes) -
     )
 
 
-def _interrupting_send(send, number: int, before: bool):
-    """``send``, raising :class:`_Interrupt` at its ``number``-th call, ``before`` queueing the frame or after."""
-    calls = 0
-
-    def interrupting(*args):
-        nonlocal calls
-        calls += 1
-        if calls == number and before:
-            raise _Interrupt
-        result = send(*args)
-        if calls == number:
-            raise _Interrupt
-        return result
-
-    return interrupting
-
-
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_send_interrupted_inside_the_compiled_send_never_runs_into_the_next_message(
     router_and_dealer, monkeypatch, when
@@ -163,7 +146,7 @@ def test_a_send_interrupted_inside_the_compiled_send_never_runs_into_the_next_me
     frames = [b"header-frame", np.arange(10, dtype=np.int64), b"middle", b"tail"]
     whole = [bytes(memoryview(frame).cast("B")) for frame in frames]
     for number in range(1, len(frames) + 2):
-        monkeypatch.setattr(zeromq_link, "_queue", _interrupting_send(compiled, number, before=when == "before"))
+        monkeypatch.setattr(zeromq_link, "_queue", interrupting_send(compiled, number, when == "before", _Interrupt))
         cut = False
         try:
             router.send(b"dealer", frames)
