@@ -26,7 +26,17 @@ Flaws:
 * ``set-attr-ignores-subset``: SET_ATTR with FLAG_SUBSET sets envs 0, 1, ... instead of the index frame's;
 * ``hello-once``: a HELLO that gets no answer is never said again;
 * ``no-rejoin``: a client that loses its server exits instead of joining it again;
-* ``zap-at-once``: after a ZAP status 500 the client connects again at once.
+* ``zap-at-once``: after a ZAP status 500 the client connects again at once;
+* ``each-ignored``: a STEP with FLAG_EACH is handled as one without it: the first env that raises gets the
+  command an ERROR, and the other envs lose their results (PROTOCOL.md §5.6);
+* ``loose-offset``: the probe converts the reset option ``offset`` with ``int()`` and takes it modulo 1000,
+  so that it accepts ``1000`` and ``5.0`` (CONFORMANCE.md §1.3);
+* ``repeated-key``: a RESULT's body writes the key ``infos`` twice, first as null (a reader that keeps the last
+  value reads it right, but a sender never repeats a key, PROTOCOL.md §3.1);
+* ``unwelcomed-previous``: ``previous_session`` is the last session the client said HELLO from, welcomed or not
+  (PROTOCOL.md §11.1);
+* ``unknown-kind-own-seq``: a message of an unknown kind is answered with ERROR echoing its seq, not seq 0
+  (PROTOCOL.md §2.1).
 """
 
 from __future__ import annotations
@@ -180,6 +190,48 @@ def zap_at_once() -> None:
     client.random = SimpleNamespace(uniform=lambda low, high: 0.0)  # type: ignore[assignment]
 
 
+def each_ignored() -> None:
+    step = client.HostedEnvs.step
+    client.HostedEnvs.step = lambda self, actions, indexes=None, each=False: step(self, actions, indexes, False)
+
+
+def loose_offset() -> None:
+    reset = probe.ProbeEnv.reset
+
+    def loose(self, *, seed=None, options=None):
+        if isinstance(options, dict) and isinstance(options.get("offset"), (int, float)):
+            options = {**options, "offset": int(options["offset"]) % 1000}
+        return reset(self, seed=seed, options=options)
+
+    probe.ProbeEnv.reset = loose
+
+
+def repeated_key() -> None:
+    value_frames = protocol.value_frames
+
+    def twice(*args, **kwargs):
+        frames = value_frames(*args, **kwargs)
+        body = bytes(frames[0])
+        return [b'{"infos":null,' + body[1:], *frames[1:]] if body.startswith(b'{"infos":') else frames
+
+    protocol.value_frames = twice
+
+
+def unwelcomed_previous() -> None:
+    connect = client.EnvClient._connect
+
+    def _connect(self, *args, **kwargs):
+        if self.session:
+            self._welcomed_session = self.session
+        connect(self, *args, **kwargs)
+
+    client.EnvClient._connect = _connect
+
+
+def unknown_kind_own_seq() -> None:
+    protocol._KINDS = frozenset(range(256))  # parse_header lets every kind through; the client's ERROR echoes seq
+
+
 FLAWS = {
     "floats-as-ints": floats_as_ints,
     "no-heartbeats": no_heartbeats,
@@ -199,6 +251,11 @@ FLAWS = {
     "hello-once": hello_once,
     "no-rejoin": no_rejoin,
     "zap-at-once": zap_at_once,
+    "each-ignored": each_ignored,
+    "loose-offset": loose_offset,
+    "repeated-key": repeated_key,
+    "unwelcomed-previous": unwelcomed_previous,
+    "unknown-kind-own-seq": unknown_kind_own_seq,
 }
 
 if __name__ == "__main__":

@@ -77,6 +77,11 @@ FLAWS = [  # (flaw of tests/broken_clients.py, the check that must fail, what it
         ["a CALL without 'args' and 'kwargs'", "'InvalidDataException'", "'gym_remote.errors'", "§8"],
     ),
     ("equal-keys-kept", SETTLED_READINGS, ["ERROR", "'d' value has the keys 1 and 1.0", "§3.1"]),
+    (
+        "each-ignored",
+        "an env that raises in a partial batch (FLAG_EACH) costs no other env its result",
+        ["no result of slots 0 and 1", "not answer ERROR", "§5.6"],
+    ),
 ]
 
 
@@ -108,6 +113,10 @@ def test_a_client_without_heartbeats_fails_the_lifecycle_check_naming_them():
         ("hello-once", "an unanswered HELLO is said again", "sends the same HELLO again"),
         ("no-rejoin", "a learner back after a while is rejoined", "reconnects with backoff"),
         ("zap-at-once", "ZAP status 500: wait, then connect again", "wait 0.5-2 s and connect again"),
+        ("unknown-kind-own-seq", "malformed commands get ERROR", "expected ERROR with seq 0, but got ERROR echoing"),
+        ("loose-offset", "the probe refuses offsets that are not plain ints in [0, 1000)", "options['offset'] is 1000"),
+        ("repeated-key", "RESET and STEP are answered (NextStep)", "the key 'infos' twice"),
+        ("unwelcomed-previous", "a learner back after a while is rejoined", "stays what it was, null"),
     ],
 )
 def test_a_client_with_a_flaw_fails_the_wire_check_for_it_saying_what_it_did(flaw, name, said):

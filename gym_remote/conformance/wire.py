@@ -332,11 +332,15 @@ def call_results(server: ScriptedServer, received: Received, count: int) -> list
     return results
 
 
-def expect_error(server: ScriptedServer, seq: int, why: str, *, or_zero: bool = False) -> dict[str, Any]:
-    """The client's ERROR echoing ``seq`` (``or_zero``: or seq 0), its value checked to have §8's form."""
-    received = server.expect(Kind.ERROR, seq=None if or_zero else seq, why=why)
-    if received.seq not in (seq, 0):
-        raise server.fail(f"expected ERROR echoing seq {seq} (or seq 0), but got ERROR with seq {received.seq}: {why}")
+def expect_error(server: ScriptedServer, seq: int, why: str, *, untrusted: bool = False) -> dict[str, Any]:
+    """The client's ERROR echoing ``seq`` (``untrusted``: with seq 0 instead, for a message whose header cannot
+    be trusted), its value checked to have §8's form."""
+    received = server.expect(Kind.ERROR, seq=None if untrusted else seq, why=why)
+    if untrusted and received.seq != 0:
+        raise server.fail(
+            f"expected ERROR with seq 0, but got ERROR echoing the message's seq {received.seq}: the header of this "
+            f"message cannot be trusted, so its seq is not echoed ({why})"
+        )
     report = received.value
     problems = []
     if type(report) is not dict:
@@ -656,7 +660,8 @@ def check_subsets(context: Context) -> None:
 
 
 def check_malformed_commands(context: Context) -> None:
-    """Malformed commands are answered with ERROR echoing their seq, and the client keeps serving."""
+    """Malformed commands are answered with ERROR echoing their seq (a message of an unknown kind: seq 0), and the
+    client keeps serving."""
     with joined(context) as client:
         server = client.server
         client.reset(SEEDS)
@@ -727,18 +732,21 @@ def check_malformed_commands(context: Context) -> None:
             ),
             (
                 f"a message of the unknown kind {UNKNOWN_KIND}",
-                "§2.1: a header with an unknown kind is malformed (its seq may be echoed, or 0)",
+                "§2.1: version 2 with a kind that is not in §4 is malformed and answered with ERROR seq 0, as a "
+                "header without the magic is: nothing in it can be trusted, its seq included",
                 unknown_kind,
             ),
         ]
         for description, rule, send in cases:
             seq = send()
+            untrusted = send is unknown_kind
+            answer = "ERROR with seq 0" if untrusted else "ERROR echoing its seq"
             expect_error(
                 server,
                 seq,
-                f"PROTOCOL.md {rule}; §8, §11: a command the client cannot handle is answered with ERROR echoing "
-                f"its seq. The command was {description}",
-                or_zero=send is unknown_kind,
+                f"PROTOCOL.md {rule}; §8, §11: a command the client cannot handle is answered with {answer}. The "
+                f"command was {description}",
+                untrusted=untrusted,
             )
             client.reset(SEEDS, what=f"a valid RESET after {description} (the client keeps serving, §8)")
 
@@ -1340,13 +1348,30 @@ def check_hello_repeated(context: Context) -> None:
 
 def check_learner_back(context: Context) -> None:
     """The learner goes away (its socket closes) and is back at the same address only after a few seconds: the
-    client keeps trying and joins it as a new session, with previous_session set."""
+    client keeps trying and joins it as a new session, with previous_session set. Before that, a learner that goes
+    away without answering the client's first HELLO: that session was never welcomed, so the next HELLO, from a new
+    routing id, still has previous_session null (PROTOCOL.md §11.1)."""
     endpoint = context.endpoint()
-    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as first:
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as unanswered:
         process = context.start_client(endpoint, NUM_ENVS)  # (not watched: closing this server must not end it)
+        dropped = unanswered.expect_hello(count=NUM_ENVS)
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as first:
+        first.watch(process)
         hello = first.expect_hello(count=NUM_ENVS)
+        problems = hello_problems(hello, NUM_ENVS)  # (previous_session null, also after the unanswered HELLO)
+        if hello.identity == dropped.identity:
+            problems.append("it comes from the routing id of the HELLO before (§11.1: a new socket and routing id)")
+        if problems:
+            shown = "\n".join(f"  {problem}" for problem in problems)
+            raise first.fail(
+                "the learner went away without answering the client's first HELLO and came back: the client's next "
+                "HELLO is not as PROTOCOL.md §7, §11.1 require (a DISCONNECTED before WELCOME: a new socket and "
+                f"session; a session that never got a WELCOME is no membership, so previous_session stays what it "
+                f"was, null):\n{shown}"
+            )
         first.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
         Driven(first, process, hello, list(range(NUM_ENVS)), "NextStep", False).reset(SEEDS)
+        first.clients.remove(process)  # (closing this server must not end it)
     time.sleep(AWAY_SECONDS)
     with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as second:
         second.watch(process)
