@@ -29,6 +29,12 @@ Flaws:
 * ``zap-at-once``: after a ZAP status 500 the client connects again at once;
 * ``each-ignored``: a STEP with FLAG_EACH is handled as one without it: the first env that raises gets the
   command an ERROR, and the other envs lose their results (PROTOCOL.md §5.6);
+* ``counts-anew``: a DISCONNECTED sets the count of failed handshakes in a row back to 0, so a client with a wrong
+  secret never reaches three and never stops (PROTOCOL.md §11.1);
+* ``each-errors-dropped``: a STEP with FLAG_EACH is answered with a RESULT that leaves out ``errors``, as if no
+  env had raised (PROTOCOL.md §5.6);
+* ``full-waits``: a REFUSE with code ``full`` is taken for a place in the waiting line, whatever its ``waiting``
+  says (PROTOCOL.md §7, §10);
 * ``loose-offset``: the probe converts the reset option ``offset`` with ``int()`` and takes it modulo 1000,
   so that it accepts ``1000`` and ``5.0`` (CONFORMANCE.md §1.3);
 * ``repeated-key``: a RESULT's body writes the key ``infos`` twice, first as null (a reader that keeps the last
@@ -195,6 +201,39 @@ def each_ignored() -> None:
     client.HostedEnvs.step = lambda self, actions, indexes=None, each=False: step(self, actions, indexes, False)
 
 
+def counts_anew() -> None:
+    connection_dropped = client.EnvClient._connection_dropped
+
+    def _connection_dropped(self):
+        dropped = connection_dropped(self)
+        if dropped:
+            self._cut_handshakes = 0
+        return dropped
+
+    client.EnvClient._connection_dropped = _connection_dropped
+
+
+def each_errors_dropped() -> None:
+    send_result = client.EnvClient._send_result
+
+    def _send_result(self, hosted, seq, infos, finals, indexes=None, errors=None):
+        send_result(self, hosted, seq, infos, finals, indexes, None)
+
+    client.EnvClient._send_result = _send_result
+
+
+def full_waits() -> None:
+    read_value = protocol.read_value
+
+    def _read_value(frames, allow_pickle=False):
+        value = read_value(frames, allow_pickle=allow_pickle)
+        if isinstance(value, dict) and value.get("code") == "full" and "waiting" in value:
+            value["waiting"] = True
+        return value
+
+    protocol.read_value = _read_value
+
+
 def loose_offset() -> None:
     reset = probe.ProbeEnv.reset
 
@@ -252,6 +291,9 @@ FLAWS = {
     "no-rejoin": no_rejoin,
     "zap-at-once": zap_at_once,
     "each-ignored": each_ignored,
+    "counts-anew": counts_anew,
+    "each-errors-dropped": each_errors_dropped,
+    "full-waits": full_waits,
     "loose-offset": loose_offset,
     "repeated-key": repeated_key,
     "unwelcomed-previous": unwelcomed_previous,

@@ -650,10 +650,64 @@ def check_subsets(context: Context) -> None:
         found = difference(client.call("mark"), [("x",), "b", "z"], "CALL mark after SET_ATTR for envs [2, 0]")
         if found:
             raise client.server.fail(f"{found} ({rule})")
+        _each_with_a_failure(client)
         client.step(
             probe_actions(3, NUM_ENVS),
             what="a STEP for all envs after them (env 1 must not have been stepped or reset by the subset commands)",
         )
+
+
+def _each_with_a_failure(client: Driven) -> None:
+    """A STEP with FLAG_SUBSET and FLAG_EACH for envs [2, 0] in which env 2 gets a NaN direction: a RESULT whose
+    ``errors`` names env 2's ValueError, env 2's entries blank (its last observation, reward 0, no flags, ``{}``),
+    env 0's as its probe's (PROTOCOL.md §5.6)."""
+    server = client.server
+    what = "a STEP with FLAG_SUBSET and FLAG_EACH for envs [2, 0], env 2 with a NaN direction"
+    rule = (
+        "PROTOCOL.md §5.6: a STEP with FLAG_EACH steps every env of the command and answers with a RESULT whose "
+        "'errors' has one entry per env: null, or the report an ERROR would carry ({'type', 'module', 'message', "
+        "'traceback'}); an env that raised keeps its last observation, its reward and flags are 0, its info {}"
+    )
+    actions = [np.array([np.nan, 0.0]), np.zeros((2, 2), np.float32), np.zeros((2, 2), np.int8)]
+    seq = server.next_seq()
+    frames = server.step_frames(seq, actions, indexes=[2, 0], dtypes=["<f8", "<f4", "|i1"])
+    frames[0] = protocol.add_flags(frames[0], protocol.FLAG_EACH)
+    server.send_raw(frames, f"STEP seq {seq}, count 2, FLAG_SUBSET indexes [2, 0], FLAG_EACH: {what}")
+    result = client.answer(seq, 2, f"{what}; {rule}")
+    stepped = client.reference.step(action_rows(actions)[1:], indexes=[0])
+    blank = client.reference.envs[2]._observation()  # (env 2 raised before its state changed: CONFORMANCE.md §1.4)
+    finals = None if stepped.final is None else [None, *stepped.final]
+    expected = Expected(
+        [0.0, *stepped.rewards],
+        [False, *stepped.terminated],
+        [False, *stepped.truncated],
+        [blank, *stepped.obs],
+        [{}, *stepped.infos],
+        finals,
+    )
+    client.compare(result, expected, [2, 0], what)
+    errors = result.value.get("errors")
+    problems = []
+    if type(errors) is not list or len(errors) != 2:
+        problems.append(f"'errors' is {preview(errors)}, expected a list of 2 entries, one per env of the command")
+    else:
+        if errors[1] is not None:
+            problems.append(f"the entry of env 0, which did not raise, is {preview(errors[1])}, expected null")
+        report = errors[0]
+        if type(report) is not dict:
+            problems.append(f"the entry of env 2 is {preview(report)}, expected the report of its ValueError")
+        else:
+            found = (report.get("type"), report.get("module"))
+            if found != ("ValueError", "builtins"):
+                problems.append(
+                    f"env 2's error has type {found[0]!r} and module {found[1]!r}, expected 'ValueError', 'builtins'"
+                )
+            if type(report.get("message")) is not str:
+                problems.append(f"env 2's error has the message {preview(report.get('message'))}, expected a string")
+            if "traceback" in report and type(report["traceback"]) is not str:
+                problems.append(f"env 2's error has the traceback {preview(report['traceback'])}, expected a string")
+    if problems:
+        raise server.fail(f"{what}: the RESULT (seq {seq}) " + "; ".join(problems) + f" ({rule})")
 
 
 # -- malformed commands ----------------------------------------------------------------------------
@@ -1219,12 +1273,13 @@ def check_close(context: Context) -> None:
 
 
 def check_refused(context: Context) -> None:
-    """REFUSE for good (code "spaces", and a version REFUSE with header version 3): the client exits
-    with a non-zero status within 30 s."""
-    first, second = context.endpoint(), context.endpoint()
+    """REFUSE for good (code "spaces", a version REFUSE with header version 3, and code "full" with waiting false,
+    a waiting line that is full itself, PROTOCOL.md §10): the client exits with a non-zero status within 30 s."""
+    first, second, third = context.endpoint(), context.endpoint(), context.endpoint()
     with (
         ScriptedServer(first, liveness_timeout=context.liveness_timeout) as spaces_server,
         ScriptedServer(second, liveness_timeout=context.liveness_timeout) as version_server,
+        ScriptedServer(third, liveness_timeout=context.liveness_timeout) as full_server,
     ):
         cases = [
             (spaces_server, spaces_server.watch(context.start_client(first, NUM_ENVS)), "a REFUSE with code 'spaces'"),
@@ -1233,6 +1288,11 @@ def check_refused(context: Context) -> None:
                 version_server.watch(context.start_client(second, NUM_ENVS)),
                 "a REFUSE with code 'version' and header version 3 (a server of another version, PROTOCOL.md §7)",
             ),
+            (
+                full_server,
+                full_server.watch(context.start_client(third, NUM_ENVS)),
+                "a REFUSE with code 'full' and waiting false (the waiting line is full too, PROTOCOL.md §10)",
+            ),
         ]
         spaces_server.expect_hello()
         spaces_server.send_refuse("spaces", "conformance check: the spaces differ from the vector's", waiting=False)
@@ -1240,6 +1300,8 @@ def check_refused(context: Context) -> None:
         version_server.send_refuse(
             "version", "protocol version mismatch: the server speaks 3, the client 2", waiting=False, version=3
         )
+        full_server.expect_hello()
+        full_server.send_refuse("full", "conformance check: the waiting line is full", waiting=False)
         deadline = time.monotonic() + REFUSED_EXIT_SECONDS
         for server, process, what in cases:
             status = process.wait(max(0.0, deadline - time.monotonic()))
