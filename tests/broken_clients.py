@@ -33,6 +33,8 @@ Flaws:
   secret never reaches three and never stops (PROTOCOL.md §11.1);
 * ``each-errors-dropped``: a STEP with FLAG_EACH is answered with a RESULT that leaves out ``errors``, as if no
   env had raised (PROTOCOL.md §5.6);
+* ``has-attr-calls``: the has_attr query calls the attribute when it is callable, then answers as it should
+  (PROTOCOL.md §5.3: read, never called);
 * ``full-waits``: a REFUSE with code ``full`` is taken for a place in the waiting line, whatever its ``waiting``
   says (PROTOCOL.md §7, §10);
 * ``loose-offset``: the probe converts the reset option ``offset`` with ``int()`` and takes it modulo 1000,
@@ -222,6 +224,19 @@ def each_errors_dropped() -> None:
     client.EnvClient._send_result = _send_result
 
 
+def has_attr_calls() -> None:
+    call_one = client.HostedEnvs._call_one
+
+    def _call_one(env, name, args, kwargs, query):
+        if query == protocol.HAS_ATTR_QUERY:
+            found = getattr(env.unwrapped, name, None)
+            if callable(found):
+                found()
+        return call_one(env, name, args, kwargs, query)
+
+    client.HostedEnvs._call_one = staticmethod(_call_one)
+
+
 def full_waits() -> None:
     read_value = protocol.read_value
 
@@ -293,6 +308,7 @@ FLAWS = {
     "each-ignored": each_ignored,
     "counts-anew": counts_anew,
     "each-errors-dropped": each_errors_dropped,
+    "has-attr-calls": has_attr_calls,
     "full-waits": full_waits,
     "loose-offset": loose_offset,
     "repeated-key": repeated_key,

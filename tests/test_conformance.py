@@ -113,6 +113,7 @@ def test_a_client_without_heartbeats_fails_the_lifecycle_check_naming_them():
         ("hello-once", "an unanswered HELLO is said again", "sends the same HELLO again"),
         ("no-rejoin", "a learner back after a while is rejoined", "reconnects with backoff"),
         ("zap-at-once", "ZAP status 500: wait, then connect again", "wait 0.5-2 s and connect again"),
+        ("has-attr-calls", "CALL and SET_ATTR", "a STEP after has_attr 'reset'"),
         ("each-errors-dropped", "FLAG_SUBSET commands", "'errors' is None, expected a list of 2 entries"),
         ("unknown-kind-own-seq", "malformed commands get ERROR", "expected ERROR with seq 0, but got ERROR echoing"),
         ("loose-offset", "the probe refuses offsets that are not plain ints in [0, 1000)", "options['offset'] is 1000"),

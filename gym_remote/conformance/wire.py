@@ -1070,6 +1070,21 @@ def _set_attr(server: ScriptedServer, name: str, values: Sequence[Any], **option
         )
 
 
+def _has_attr_calls_nothing(client: Driven) -> None:
+    """has_attr of the env's methods ``reset`` and ``step`` reads them, never calls them (PROTOCOL.md §5.3): each is
+    answered with a bool per env (whether a client counts a method as an attribute is its own), and the envs then
+    step on from where they were, not from a reset."""
+    rule = "PROTOCOL.md §5.3: the has_attr query answers true or false per env; the attribute is read, never called"
+    for step, name in enumerate(("reset", "step"), start=1):
+        answers = client.call(name, query=HAS_ATTR_QUERY)
+        if any(type(answer) is not bool for answer in answers):
+            raise client.server.fail(f"has_attr {name!r} answered {preview(answers)}, expected a bool per env ({rule})")
+        client.step(
+            probe_actions(step, NUM_ENVS),
+            what=f"a STEP after has_attr {name!r} (the envs step on from where they were: {rule})",
+        )
+
+
 def check_call_and_set_attr(context: Context) -> None:
     """CALL and SET_ATTR with the names every client answers (PROTOCOL.md §11): render, np_random_seed,
     metadata, render_mode, the wrappers query, has_attr, attributes set and read back, and a missing
@@ -1113,6 +1128,7 @@ def check_call_and_set_attr(context: Context) -> None:
         rule = "PROTOCOL.md §5.3, §11: the has_attr query answers whether each env has the attribute"
         same(client.call("render", query=HAS_ATTR_QUERY), [True] * NUM_ENVS, "has_attr 'render'", rule)
         same(client.call("no_such_attribute", query=HAS_ATTR_QUERY), [False] * NUM_ENVS, "has_attr of a missing", rule)
+        _has_attr_calls_nothing(client)
         values = ["a", 2, 3.5]
         _set_attr(server, "label", values)
         rule = "PROTOCOL.md §5.3, §11: a name an earlier SET_ATTR set answers the value it set, exactly (§3)"
