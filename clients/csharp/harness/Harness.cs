@@ -17,8 +17,11 @@ namespace GymRemote.Harness
     /// {"op": "catalog"} (the descriptions of a fixed list of spaces) and {"op": "contains", "space": index, "value"};
     /// {"op": "dtype", "text"} reads a dtype string; {"op": "echo", "value"} reads a value and writes it back;
     /// {"op": "equal", "left", "right"} compares two values; {"op": "key_equal", "left", "right"} compares them as dict
-    /// keys (Value.PythonKeys) and builds a dict of both; {"op": "repr", "value"} gives Value.Repr(). Each answer has
-    /// "ok"; a failed command answers {"ok": false, "type", "module", "message"}.
+    /// keys (Value.PythonKeys) and builds a dict of both; {"op": "repr", "value"} gives Value.Repr(). Through the native
+    /// library (libgym_remote on LD_LIBRARY_PATH): {"op": "native_echo", "value"} converts a value to a gr_value handle
+    /// and back; {"op": "client", "envs": ["Probe" | "CartPole", ...], "endpoint"} makes a Client (not started) and
+    /// answers its state and the library's ABI version. Each answer has "ok"; a failed command answers {"ok": false,
+    /// "type", "module", "message"}.
     ///
     /// Values are written exactly: null, true/false, strings and ints in 64 bits as JSON; a float as ["f", the
     /// 16 hex digits of its IEEE bits]; a bigger int as ["i", hex]; bytes as ["b", hex]; ["l", ...] and ["t", ...]
@@ -41,7 +44,7 @@ namespace GymRemote.Harness
                 {
                     var command = Field(Json.Parse(line), null);
                     string op = (string)Field(command, "op");
-                    if (op != "make" && env == null) throw new InvalidOperationException("make an env first");
+                    if (op != "make" && !EnvFree.Contains(op) && env == null) throw new InvalidOperationException("make an env first");
                     Run(op, command, ref env, answer);
                     answer.Insert(0, new KeyValuePair<string, object>("ok", true));
                 }
@@ -62,6 +65,12 @@ namespace GymRemote.Harness
             return 0;
         }
 
+        // commands that need no env made first
+        static readonly HashSet<string> EnvFree = new HashSet<string>
+        {
+            "catalog", "contains", "dtype", "echo", "equal", "key_equal", "repr", "native_echo", "client",
+        };
+
         static void Run(string op, object command, ref IEnv env, List<KeyValuePair<string, object>> answer)
         {
             switch (op)
@@ -69,9 +78,7 @@ namespace GymRemote.Harness
                 case "make":
                     string name = (string)Field(command, "env");
                     string renderMode = (string)FieldOr(command, "render_mode");
-                    if (name == "Probe") env = new ProbeEnv(renderMode);
-                    else if (name == "CartPole") env = new CartPoleEnv();
-                    else throw new ArgumentException("unknown env " + name + " (Probe or CartPole)");
+                    env = Make(name, renderMode);
                     answer.Add(Pair("class_name", env.ClassName));
                     answer.Add(Pair("observation_space", env.ObservationSpace.Describe()));
                     answer.Add(Pair("action_space", env.ActionSpace.Describe()));
@@ -143,12 +150,33 @@ namespace GymRemote.Harness
                 case "repr":
                     answer.Add(Pair("value", ToValue(Field(command, "value")).Repr()));
                     break;
+                case "native_echo":  // a value read into a Value, through a native gr_value and back
+                    answer.Add(Pair("value", Native.NativeValues.RoundTrip(ToValue(Field(command, "value")))));
+                    break;
+                case "client":
+                    var hosted = new List<IEnv>();
+                    foreach (object kind in (List<object>)Field(command, "envs")) hosted.Add(Make((string)kind, null));
+                    using (var client = new Client(new ClientOptions((string)Field(command, "endpoint")), hosted))
+                    {
+                        answer.Add(Pair("state", client.State.ToString()));
+                        answer.Add(Pair("abi_version", Value.Int(Client.NativeAbiVersion)));
+                        answer.Add(Pair("pending_env", Value.Int(client.PendingEnv)));
+                        answer.Add(Pair("slots", Value.Int(client.Slots.Length)));
+                    }
+                    break;
                 case "close":
                     env.Close();
                     break;
                 default:
                     throw new ArgumentException("unknown op " + op);
             }
+        }
+
+        static IEnv Make(string name, string renderMode)
+        {
+            if (name == "Probe") return new ProbeEnv(renderMode);
+            if (name == "CartPole") return new CartPoleEnv();
+            throw new ArgumentException("unknown env " + name + " (Probe or CartPole)");
         }
 
         // One space of each class, in the order of test_csharp.py's SPACE_CATALOG (the same spaces in Gymnasium).
