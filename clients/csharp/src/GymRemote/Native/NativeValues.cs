@@ -217,8 +217,7 @@ namespace GymRemote.Native
                     for (int i = 0; i < count; i++)
                     {
                         var index = (UIntPtr)i;
-                        Value key = kind == NativeMethods.KindDict
-                            ? Value.String(Utf8.Decode(Checked(NativeMethods.gr_dict_key(handle, index), "gr_dict_key")))
+                        Value key = kind == NativeMethods.KindDict ? Value.String(DictKey(handle, index))
                             : FromNative(Checked(NativeMethods.gr_pair_key(handle, index), "gr_pair_key"), depth + 1);
                         entries.Add(new KeyValuePair<Value, Value>(key, FromNative(Checked(NativeMethods.gr_dict_value(handle, index), "gr_dict_value"), depth + 1)));
                     }
@@ -236,6 +235,19 @@ namespace GymRemote.Native
                 default:
                     throw new NotSupportedException("the C interface gave a value of unknown kind " + kind + " (a newer library?)");
             }
+        }
+
+        // whether the library has gr_dict_key_data (C ABI 1.1): -1 not asked yet, 0 no, 1 yes
+        static int keyData = -1;
+
+        // a str key of a GR_DICT, whole (with the NULs it may hold) from a 1.1 library, up to a NUL from a 1.0 one
+        static string DictKey(IntPtr handle, UIntPtr index)
+        {
+            if (keyData < 0) keyData = (NativeMethods.gr_abi_version() & 0xffff) >= 0x0100 ? 1 : 0;
+            if (keyData == 0) return Utf8.Decode(Checked(NativeMethods.gr_dict_key(handle, index), "gr_dict_key"));
+            UIntPtr size;
+            IntPtr key = Checked(NativeMethods.gr_dict_key_data(handle, index, out size), "gr_dict_key_data");
+            return Utf8.Decode(key, (int)(ulong)size);
         }
 
         static Value[] Items(IntPtr handle, int count, int depth)
