@@ -105,6 +105,58 @@ def test_a_client_refuses_what_the_c_interface_cannot_take(cpp_build, csharp_bui
     assert "'localhost:5555'" in bad["message"], bad
 
 
+PYTHON_ERRORS = {  # .NET exception -> the Python exception the learner raises (README.md's table)
+    "System.ArgumentException": "ValueError",
+    "System.Text.DecoderFallbackException": "ValueError",  # (an ArgumentException)
+    "System.InvalidCastException": "TypeError",
+    "System.IndexOutOfRangeException": "IndexError",
+    "System.Collections.Generic.KeyNotFoundException": "KeyError",
+    "System.NotImplementedException": "NotImplementedError",
+    "System.OverflowException": "OverflowError",
+    "System.DivideByZeroException": "ZeroDivisionError",
+    "System.OutOfMemoryException": "MemoryError",
+    "System.InvalidOperationException": "RuntimeError",
+    "System.NotSupportedException": "RuntimeError",
+    "GymRemote.GymRemoteException": None,  # no (string) constructor: the harness says so
+}
+
+
+def test_dotnet_exceptions_reach_the_learner_as_python_ones(csharp_build):
+    script = [{"op": "python_error", "dotnet": name, "message": "what went wrong"} for name in PYTHON_ERRORS]
+    for (name, expected), answer in zip(PYTHON_ERRORS.items(), harness_answers(csharp_build, script)):
+        if expected is None:
+            assert not answer["ok"], answer
+            continue
+        message = f"{name}: what went wrong" if expected == "RuntimeError" else "what went wrong"
+        assert answer == {"ok": True, "type": expected, "module": "builtins", "message": message}, answer
+
+
+def test_a_missing_library_or_another_major_version_is_refused(csharp_build, tmp_path, monkeypatch):
+    """The binding checks gr_abi_version's major before it makes a client, and says what to do when it is absent."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler is not None
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "v2").mkdir()
+    source = tmp_path / "abi2.c"
+    source.write_text("unsigned gr_abi_version(void) { return (2u << 16) | (3u << 8); }\n")
+    built = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-o", str(tmp_path / "v2" / "libgym_remote.so"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert built.returncode == 0, built.stderr
+    command = [{"op": "client", "envs": ["Probe"], "endpoint": free_tcp_address()}]
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path / "empty"))
+    (missing,) = harness_answers(csharp_build, command)
+    assert missing["type"] == "GymRemoteException" and "was not found" in missing["message"], missing
+    assert "LD_LIBRARY_PATH" in missing["message"], missing
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path / "v2"))
+    (other,) = harness_answers(csharp_build, command)
+    assert other["type"] == "GymRemoteException" and "C ABI version 2.3.0" in other["message"], other
+    assert "written for major version 1" in other["message"], other
+
+
 def _exit_status(command: list[str], after: float, send: signal.Signals | None) -> tuple[int, str]:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

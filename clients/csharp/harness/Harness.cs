@@ -20,8 +20,9 @@ namespace GymRemote.Harness
     /// keys (Value.PythonKeys) and builds a dict of both; {"op": "repr", "value"} gives Value.Repr(). Through the native
     /// library (libgym_remote on LD_LIBRARY_PATH): {"op": "native_echo", "value"} converts a value to a gr_value handle
     /// and back; {"op": "client", "envs": ["Probe" | "CartPole", ...], "endpoint"} makes a Client (not started) and
-    /// answers its state and the library's ABI version. Each answer has "ok"; a failed command answers {"ok": false,
-    /// "type", "module", "message"}.
+    /// answers its state and the library's ABI version; {"op": "python_error", "dotnet": "System.ArgumentException",
+    /// "message"} answers the Python exception EnvException.From names for that .NET exception. Each answer has "ok";
+    /// a failed command answers {"ok": false, "type", "module", "message"}.
     ///
     /// Values are written exactly: null, true/false, strings and ints in 64 bits as JSON; a float as ["f", the
     /// 16 hex digits of its IEEE bits]; a bigger int as ["i", hex]; bytes as ["b", hex]; ["l", ...] and ["t", ...]
@@ -68,7 +69,7 @@ namespace GymRemote.Harness
         // commands that need no env made first
         static readonly HashSet<string> EnvFree = new HashSet<string>
         {
-            "catalog", "contains", "dtype", "echo", "equal", "key_equal", "repr", "native_echo", "client",
+            "catalog", "contains", "dtype", "echo", "equal", "key_equal", "repr", "native_echo", "client", "python_error",
         };
 
         static void Run(string op, object command, ref IEnv env, List<KeyValuePair<string, object>> answer)
@@ -163,6 +164,15 @@ namespace GymRemote.Harness
                         answer.Add(Pair("pending_env", Value.Int(client.PendingEnv)));
                         answer.Add(Pair("slots", Value.Int(client.Slots.Length)));
                     }
+                    break;
+                case "python_error":
+                    string typeName = (string)Field(command, "dotnet");
+                    Type dotnet = Type.GetType(typeName) ?? typeof(Value).Assembly.GetType(typeName);
+                    if (dotnet == null) throw new ArgumentException("no .NET type " + typeName);
+                    EnvException named = EnvException.From((Exception)Activator.CreateInstance(dotnet, (string)Field(command, "message")));
+                    answer.Add(Pair("type", named.TypeName));
+                    answer.Add(Pair("module", named.Module));
+                    answer.Add(Pair("message", named.Message));
                     break;
                 case "close":
                     env.Close();
