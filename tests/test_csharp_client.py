@@ -6,15 +6,18 @@ the C probe client does."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
 from gym_remote.conformance import GROUPS, run
+from gym_remote.conformance.values import probe_vector
 from tests.helpers import free_tcp_address, probe_client_template
 from tests.test_csharp import CORE_DTYPES, VALUES, exact, harness_answers
 
@@ -155,6 +158,35 @@ def test_a_missing_library_or_another_major_version_is_refused(csharp_build, tmp
     (other,) = harness_answers(csharp_build, command)
     assert other["type"] == "GymRemoteException" and "C ABI version 2.3.0" in other["message"], other
     assert "written for major version 1" in other["message"], other
+
+
+@pytest.mark.timeout(200)
+def test_a_domain_unload_ends_a_client_left_running(cpp_build, csharp_build, reaper, monkeypatch):
+    """A client made in an AppDomain and never disposed says BYE when the domain unloads (a Unity domain reload):
+    its slot goes to the next client at once, not after the learner's 60 s liveness timeout."""
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(cpp_build))
+    endpoint = free_tcp_address()
+    envs = probe_vector(endpoint, 1, liveness_timeout=60.0)
+    try:
+        harness = reaper.popen(
+            [shutil.which("mono") or "mono", str(csharp_build / "GymRemote.Harness.exe")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        harness.stdin.write(json.dumps({"op": "domain_client", "endpoint": endpoint}) + "\n")
+        harness.stdin.flush()
+        envs.reset(seed=1)  # served by the C# client
+        answer = json.loads(harness.stdout.readline())
+        assert answer == {"ok": True, "state": "Member"}, answer
+        reaper.popen([sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0"])
+        started = time.monotonic()
+        envs.reset(seed=2)  # the harness process lives on: only the domain's end can have freed the slot
+        assert time.monotonic() - started < 20, "the slot was freed only when the learner's liveness timeout ran out"
+        harness.stdin.close()
+        assert harness.wait(30) == 0
+    finally:
+        envs.close()
 
 
 def _exit_status(command: list[str], after: float, send: signal.Signals | None) -> tuple[int, str]:

@@ -21,7 +21,9 @@ namespace GymRemote.Harness
     /// library (libgym_remote on LD_LIBRARY_PATH): {"op": "native_echo", "value"} converts a value to a gr_value handle
     /// and back; {"op": "client", "envs": ["Probe" | "CartPole", ...], "endpoint"} makes a Client (not started) and
     /// answers its state and the library's ABI version; {"op": "python_error", "dotnet": "System.ArgumentException",
-    /// "message"} answers the Python exception EnvException.From names for that .NET exception. Each answer has "ok";
+    /// "message"} answers the Python exception EnvException.From names for that .NET exception; {"op": "domain_client",
+    /// "endpoint"} serves a probe from a client made in another AppDomain, pumped until it has been a member for a
+    /// second and left undisposed, then unloads that domain (as a Unity domain reload does). Each answer has "ok";
     /// a failed command answers {"ok": false, "type", "module", "message"}.
     ///
     /// Values are written exactly: null, true/false, strings and ints in 64 bits as JSON; a float as ["f", the
@@ -69,7 +71,7 @@ namespace GymRemote.Harness
         // commands that need no env made first
         static readonly HashSet<string> EnvFree = new HashSet<string>
         {
-            "catalog", "contains", "dtype", "echo", "equal", "key_equal", "repr", "native_echo", "client", "python_error",
+            "catalog", "contains", "dtype", "echo", "equal", "key_equal", "repr", "native_echo", "client", "python_error", "domain_client",
         };
 
         static void Run(string op, object command, ref IEnv env, List<KeyValuePair<string, object>> answer)
@@ -173,6 +175,12 @@ namespace GymRemote.Harness
                     answer.Add(Pair("type", named.TypeName));
                     answer.Add(Pair("module", named.Module));
                     answer.Add(Pair("message", named.Message));
+                    break;
+                case "domain_client":
+                    AppDomain domain = AppDomain.CreateDomain("reloaded");
+                    var runner = (DomainRunner)domain.CreateInstanceAndUnwrap(typeof(DomainRunner).Assembly.FullName, typeof(DomainRunner).FullName);
+                    answer.Add(Pair("state", runner.Serve((string)Field(command, "endpoint"))));
+                    AppDomain.Unload(domain);
                     break;
                 case "close":
                     env.Close();
@@ -399,6 +407,27 @@ namespace GymRemote.Harness
             builder.Append('[');
             for (int i = 0; i < shape.Length; i++) builder.Append(i > 0 ? ", " : "").Append(shape[i].ToString(CultureInfo.InvariantCulture));
             builder.Append(']');
+        }
+    }
+
+    /// <summary>A client made in another AppDomain and left running there, for "domain_client".</summary>
+    public sealed class DomainRunner : MarshalByRefObject
+    {
+        static Client kept;  // as a game object would hold it: not disposed when the domain goes
+
+        public string Serve(string endpoint)
+        {
+            kept = new Client(new ClientOptions(endpoint) { LivenessTimeout = 60 }, new IEnv[] { new ProbeEnv() });
+            kept.Start();
+            DateTime deadline = DateTime.UtcNow.AddSeconds(60);
+            DateTime? member = null;
+            while (DateTime.UtcNow < deadline && kept.State < ClientState.Closed)
+            {
+                kept.Pump(0.05);
+                if (member == null && kept.State == ClientState.Member) member = DateTime.UtcNow;
+                if (member != null && DateTime.UtcNow - member.Value > TimeSpan.FromSeconds(1)) break;
+            }
+            return kept.State.ToString();
         }
     }
 }
