@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 from gym_remote.conformance import GROUPS, run
 from gym_remote.conformance.values import probe_vector
@@ -49,7 +50,7 @@ def _has_c_form(value) -> bool:
         return not any(0xD800 <= ord(c) <= 0xDFFF for c in value)
     if isinstance(value, (np.ndarray, np.generic)) and value.dtype != object:
         return value.dtype.str in CORE_DTYPES
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple)):  # (a GraphInstance too)
         return all(_has_c_form(item) for item in value)
     if isinstance(value, dict):
         return all(_has_c_form(key) and _has_c_form(item) for key, item in value.items())
@@ -67,13 +68,17 @@ NATIVE_VALUES = [
     {2**64: "big", -(2**70): "negative big", 1.5: b"float", None: "none", (1, "t"): {"nested": (2,)}},
     {"é😀": 1, "": 2, "a\x00b": 3},
     [[[[[[[[[[1]]]]]]]]]],
+    spaces.GraphInstance(np.ones((3, 2), dtype=np.float32), None, None),
+    spaces.GraphInstance(np.arange(3), np.array([0.5, -1.0]), np.array([[0, 1], [1, 2]])),
+    [spaces.GraphInstance(np.zeros((0, 1), dtype=np.uint8), np.zeros((0,)), np.zeros((0, 2), dtype=np.int64))],
 ]
 
 
 def test_values_of_every_kind_cross_the_native_handles_exactly(cpp_build, csharp_build, monkeypatch):
     """Value -> gr_value -> Value gives the same value to the bit for every kind the C interface has (big ints of
     both signs, -0.0 and NaN, bytes, nested lists and tuples, dicts with any keys, scalars and arrays of every core
-    dtype, object arrays); what it has no form for (other dtypes, lone surrogates) is refused with a clear error."""
+    dtype, object arrays, graphs); what it has no form for (other dtypes, lone surrogates) is refused with a clear
+    error."""
     monkeypatch.setenv("LD_LIBRARY_PATH", str(cpp_build))
     script = [{"op": "native_echo", "value": exact(value)} for value in NATIVE_VALUES]
     answers = harness_answers(csharp_build, script)

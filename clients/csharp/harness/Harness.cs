@@ -30,7 +30,7 @@ namespace GymRemote.Harness
     /// 16 hex digits of its IEEE bits]; a bigger int as ["i", hex]; bytes as ["b", hex]; ["l", ...] and ["t", ...]
     /// for lists and tuples; objects for dicts with string keys, else ["d", k1, v1, ...]; a NumPy scalar as
     /// ["s", dtype, hex of its bytes]; an array as ["a", dtype, shape, hex of its bytes]; an object array as
-    /// ["o", shape, [items]].
+    /// ["o", shape, [items]]; a GraphInstance as ["g", nodes, edges, edge_links].
     /// </summary>
     public static class Program
     {
@@ -284,6 +284,7 @@ namespace GymRemote.Harness
                 case "s": return Value.Scalar(DType.Parse((string)items[1]), FromHex((string)items[2]));
                 case "a": return Value.Array(DType.Parse((string)items[1]), ToShape(items[2]), FromHex((string)items[3]));
                 case "o": return Value.ObjectArray(ToShape(items[1]), Rest((List<object>)items[2], 0).ToArray());
+                case "g": return Value.Graph(ToValue(items[1]), ToValue(items[2]), ToValue(items[3]));
                 default: throw new FormatException("an array is a tagged value; unknown tag " + (tag ?? "(none)"));
             }
         }
@@ -372,7 +373,8 @@ namespace GymRemote.Harness
                     return;
                 case ValueKind.List:
                 case ValueKind.Tuple:
-                    builder.Append(value.Kind == ValueKind.List ? "[\"l\"" : "[\"t\"");
+                case ValueKind.Graph:
+                    builder.Append(value.Kind == ValueKind.List ? "[\"l\"" : value.Kind == ValueKind.Tuple ? "[\"t\"" : "[\"g\"");
                     WriteItems(builder, value.Items, true);
                     builder.Append(']');
                     return;

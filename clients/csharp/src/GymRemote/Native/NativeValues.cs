@@ -85,6 +85,17 @@ namespace GymRemote.Native
                     {
                         NativeMethods.gr_value_free(items);
                     }
+                case ValueKind.Graph:
+                    var parts = new IntPtr[3];
+                    try
+                    {
+                        for (int i = 0; i < parts.Length; i++) parts[i] = ToNative(value.Items[i], depth + 1);
+                        return Checked(NativeMethods.gr_graph(parts[0], parts[1], parts[2]), "gr_graph");
+                    }
+                    finally
+                    {
+                        foreach (IntPtr part in parts) NativeMethods.gr_value_free(part);
+                    }
                 default:
                     throw new NotSupportedException("a value of kind " + value.Kind + " has no C form");
             }
@@ -231,7 +242,8 @@ namespace GymRemote.Native
                     return kind == NativeMethods.KindScalar ? Value.Scalar(dtype, raw) : Value.Array(dtype, ShapeOf(handle), raw);
                 case NativeMethods.KindObjectArray: return Value.ObjectArray(ShapeOf(handle), Items(handle, count, depth));
                 case NativeMethods.KindGraph:
-                    throw new NotSupportedException("a GraphInstance (tag g) has no C# Value yet: graph values cannot reach a C# env");
+                    Value[] graph = Items(handle, 3, depth);
+                    return Value.Graph(graph[0], graph[1], graph[2]);
                 default:
                     throw new NotSupportedException("the C interface gave a value of unknown kind " + kind + " (a newer library?)");
             }
