@@ -94,7 +94,8 @@ def test_values_of_every_kind_cross_the_native_handles_exactly(cpp_build, csharp
 
 
 def test_a_client_refuses_what_the_c_interface_cannot_take(cpp_build, csharp_build, monkeypatch):
-    """Envs of one client share their spaces; a bad endpoint is named; a good client starts in state New."""
+    """Envs of one client share their spaces; a bad endpoint is named; a good client starts in state New, and
+    CompleteStep without a pending step, for an env it does not host or with StepResult.Pending says so."""
     monkeypatch.setenv("LD_LIBRARY_PATH", str(cpp_build))
     endpoint = free_tcp_address()
     script = [
@@ -104,13 +105,27 @@ def test_a_client_refuses_what_the_c_interface_cannot_take(cpp_build, csharp_bui
         {"op": "client", "envs": ["Probe"], "endpoint": "localhost:5555"},
     ]
     good, cartpole, mixed, bad = harness_answers(csharp_build, script)
-    for answer in (good, cartpole):
+    for answer, hosted in ((good, 2), (cartpole, 1)):
+        misuses = [answer.pop(key) for key in ("complete_unasked", "complete_other_env", "complete_pending")]
+        assert misuses[0] == "GymRemoteException: CompleteStep(env 0): no step is pending (none was)", misuses
+        out_of_range = f"ArgumentOutOfRangeException: the client hosts envs 0..{hosted - 1}, not {hosted}"
+        assert misuses[1].startswith(out_of_range), misuses
+        assert misuses[2].startswith("ArgumentException: CompleteStep takes the step's result, not "), misuses
         version = answer.pop("abi_version")
         assert answer == {"ok": True, "state": "New", "pending_env": -1, "slots": 0}, answer
         assert version >> 16 == 1 and version >= 0x10100, f"C ABI {version:#x}: the binding uses 1.1's gr_dict_key_data"
     assert mixed["type"] == "ArgumentException" and "env 1 has the observation space" in mixed["message"], mixed
     assert bad["type"] == "ArgumentException" and "ClientOptions.Endpoint" in bad["message"], bad
     assert "'localhost:5555'" in bad["message"], bad
+
+
+def test_the_native_log_lines_reach_a_csharp_sink(cpp_build, csharp_build, monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(cpp_build))
+    endpoint = free_tcp_address()
+    (answer,) = harness_answers(csharp_build, [{"op": "log_sink", "endpoint": endpoint}])
+    assert answer["ok"] and answer["status"] == "Timeout" and "no answer from a server" in answer["error"], answer
+    lines = answer["lines"][1:]  # ["l", ["t", level, message], ...]
+    assert ["t", "Info", f"client {answer['error'].split()[1]} connecting to {endpoint} with 1 envs"] in lines, lines
 
 
 PYTHON_ERRORS = {  # .NET exception -> the Python exception the learner raises (README.md's table)

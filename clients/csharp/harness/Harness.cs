@@ -20,7 +20,8 @@ namespace GymRemote.Harness
     /// keys (Value.PythonKeys) and builds a dict of both; {"op": "repr", "value"} gives Value.Repr(). Through the native
     /// library (libgym_remote on LD_LIBRARY_PATH): {"op": "native_echo", "value"} converts a value to a gr_value handle
     /// and back; {"op": "client", "envs": ["Probe" | "CartPole", ...], "endpoint"} makes a Client (not started) and
-    /// answers its state and the library's ABI version; {"op": "python_error", "dotnet": "System.ArgumentException",
+    /// answers its state, the library's ABI version and the errors of CompleteStep misused; {"op": "log_sink",
+    /// "endpoint"} runs a client that finds no server with its log lines sent to a C# sink, and answers them; {"op": "python_error", "dotnet": "System.ArgumentException",
     /// "message"} answers the Python exception EnvException.From names for that .NET exception; {"op": "domain_client",
     /// "endpoint"} serves a probe from a client made in another AppDomain, pumped until it has been a member for a
     /// second and left undisposed, then unloads that domain (as a Unity domain reload does). Each answer has "ok";
@@ -71,7 +72,7 @@ namespace GymRemote.Harness
         // commands that need no env made first
         static readonly HashSet<string> EnvFree = new HashSet<string>
         {
-            "catalog", "contains", "dtype", "echo", "equal", "key_equal", "repr", "native_echo", "client", "python_error", "domain_client",
+            "catalog", "contains", "dtype", "echo", "equal", "key_equal", "repr", "native_echo", "client", "python_error", "domain_client", "log_sink",
         };
 
         static void Run(string op, object command, ref IEnv env, List<KeyValuePair<string, object>> answer)
@@ -165,7 +166,29 @@ namespace GymRemote.Harness
                         answer.Add(Pair("abi_version", Value.Int(Client.NativeAbiVersion)));
                         answer.Add(Pair("pending_env", Value.Int(client.PendingEnv)));
                         answer.Add(Pair("slots", Value.Int(client.Slots.Length)));
+                        var nothing = new StepResult(Value.None, 0, false, false, null);
+                        answer.Add(Pair("complete_unasked", Failure(() => client.CompleteStep(0, nothing))));
+                        answer.Add(Pair("complete_other_env", Failure(() => client.CompleteStep(hosted.Count, nothing))));
+                        answer.Add(Pair("complete_pending", Failure(() => client.CompleteStep(0, StepResult.Pending))));
                     }
+                    break;
+                case "log_sink":  // a client that finds no server, its log lines at level DEBUG sent to a C# sink
+                    var lines = new List<Value>();
+                    Client.SetLogSink((level, message) => { lock (lines) lines.Add(Value.Tuple(level.ToString(), message)); });
+                    try
+                    {
+                        var quiet = new ClientOptions((string)Field(command, "endpoint")) { ConnectTimeout = 0.3, Reconnect = false, LogLevel = LogLevel.Debug };
+                        using (var client = new Client(quiet, new IEnv[] { new ProbeEnv() }))
+                        {
+                            answer.Add(Pair("status", client.Run().ToString()));
+                            answer.Add(Pair("error", client.Error));
+                        }
+                    }
+                    finally
+                    {
+                        Client.SetLogSink(null);
+                    }
+                    lock (lines) answer.Add(Pair("lines", Value.List(lines)));
                     break;
                 case "python_error":
                     string typeName = (string)Field(command, "dotnet");
@@ -187,6 +210,20 @@ namespace GymRemote.Harness
                     break;
                 default:
                     throw new ArgumentException("unknown op " + op);
+            }
+        }
+
+        // the exception `act` throws, as "Type: message", or null
+        static string Failure(Action act)
+        {
+            try
+            {
+                act();
+                return null;
+            }
+            catch (Exception error)
+            {
+                return error.GetType().Name + ": " + error.Message;
             }
         }
 

@@ -13,7 +13,8 @@ namespace GymRemote.Native
         static readonly BigInteger Int64Min = long.MinValue, Int64Max = long.MaxValue;
 
         // Throws for a failed gr_ call: an EnvException when the C ABI names a Python exception (gr_to_int64 of a
-        // str, say), else a GymRemoteException with gr_last_error's text.
+        // str, say), else a GymRemoteException with gr_last_error's text, after `where` unless that is null (for
+        // functions whose text names them).
         internal static Exception LastError(string where, int status = 1)
         {
             string message = Utf8.Decode(NativeMethods.gr_last_error());
@@ -23,7 +24,8 @@ namespace GymRemote.Native
                 string module = Utf8.Decode(NativeMethods.gr_last_error_module());
                 return new EnvException(type, message, module.Length > 0 ? module : "builtins");
             }
-            return new GymRemoteException((ClientStatus)status, where + ": " + (message.Length > 0 ? message : "failed"));
+            if (message.Length == 0) message = "failed";
+            return new GymRemoteException((ClientStatus)status, where == null ? message : where + ": " + message);
         }
 
         internal static IntPtr Checked(IntPtr handle, string where)
