@@ -13,13 +13,16 @@ import subprocess
 import sys
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gym_remote.conformance import GROUPS, run
+from gym_remote.conformance.reference import differences
 from gym_remote.conformance.values import probe_vector
-from tests.helpers import free_tcp_address, probe_client_template
+from tests.helpers import cartpole_server, free_tcp_address, probe_client_template
 from tests.test_csharp import CORE_DTYPES, VALUES, exact, harness_answers
 
 pytestmark = pytest.mark.timeout(300)
@@ -207,6 +210,30 @@ def test_a_domain_unload_ends_a_client_left_running(cpp_build, csharp_build, rea
         assert harness.wait(30) == 0
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_csharp_cartpoles_serve_a_vector_as_gymnasiums_step_for_step(csharp_client, reaper, stack, mode):
+    """Two C# CartPoles behind the command-line client give the vector Gymnasium's CartPole-v1 episodes to the bit
+    (through resets, terminations and autoresets), and their own attribute ``state`` is read and set through the
+    env's TryGetAttribute / TrySetAttribute."""
+    envs = cartpole_server(stack, 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    reference = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    stack.callback(reference.close)
+    reaper.popen([*csharp_client, envs.address, "--env", "cartpole", "--num-envs", "2", *MODES[mode]])
+    found = differences(envs.reset(seed=7), reference.reset(seed=7), "reset")
+    rng = np.random.default_rng(7)
+    for step in range(120):
+        actions = rng.integers(0, 2, size=2)
+        found += differences(envs.step(actions), reference.step(actions), f"step {step}")
+    assert not found, "\n".join(found)
+    state = np.array([0.25, -0.5, 0.0625, 1.0])
+    envs.set_attr("state", [state, state * 2])
+    got = envs.get_attr("state")
+    assert [value.tolist() for value in got] == [state.tolist(), (state * 2).tolist()], got
+    reference.set_attr("state", [state, state * 2])  # (down the wrappers to CartPoleEnv.state)
+    found = differences(envs.step(np.array([1, 0])), reference.step(np.array([1, 0])), "the step from the states set")
+    assert not found, "\n".join(found)
 
 
 def _exit_status(command: list[str], after: float, send: signal.Signals | None) -> tuple[int, str]:
