@@ -2,20 +2,25 @@
 client GymRemote.Client.exe passes the conformance suite, run by the native client's own loop and frame-paced (one
 pump a frame, each step answered on the next frame by FramePacedDriver); values of every kind cross the native
 handles and come back to the bit; the Client refuses what the C interface cannot take; the command line exits as
-the C probe client does."""
+the C probe client does; a Python, a C++ and a C# client serve one vector as SyncVectorEnv steps."""
 
 from __future__ import annotations
 
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gym_remote.conformance import GROUPS, run
-from tests.helpers import free_tcp_address, probe_client_template
+from gym_remote.conformance.reference import differences
+from gym_remote.conformance.values import probe_vector
+from gym_remote.probe import ProbeEnv
+from tests.helpers import free_tcp_address, probe_client_template, rows_by_client
 from tests.test_csharp import CORE_DTYPES, VALUES, exact, harness_answers
 
 pytestmark = pytest.mark.timeout(300)
@@ -128,3 +133,42 @@ def test_the_command_line_exits_as_the_c_probe_client(csharp_client):
     for send, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         status, error = _exit_status([*csharp_client, endpoint, "--env", "cartpole"], 1.5, send)
         assert status == expected, f"{send.name}: {status}: {error}"
+
+
+MIXED = {"run": AutoresetMode.NEXT_STEP, "frame-paced": AutoresetMode.SAME_STEP}
+"""The C# mode of the mixed vector, and the autoreset mode it runs under (each mode meets one of the two)."""
+
+
+@pytest.mark.parametrize("mode", list(MIXED))
+def test_python_cpp_and_csharp_clients_serve_one_vector_as_sync_vector_env_steps(
+    csharp_client, cpp_build, reaper, mode
+):
+    """One RemoteVectorEnv of 6 probe slots, 2 served by each of a Python, a C++ and a C# client, steps as a
+    SyncVectorEnv of 6 Python probes: seeds above 2**63, some above 2**64, reach the Python and C# envs whole,
+    32 random steps cross 6 autoresets (the probe truncates at step 5), and every slot's np_random_seed is its own.
+    Every client runs the same probe, so the order in which they join decides who serves which slot but not what a
+    slot answers. The C++ probe keeps ``Env::reset``, which takes seeds in the signed 64-bit range only
+    (clients/cpp/README.md), so its slots, found in the stats once all have joined, get the largest it takes."""
+    endpoint = free_tcp_address()
+    envs = probe_vector(endpoint, 6, liveness_timeout=2.0, mode=MIXED[mode])
+    reference = SyncVectorEnv([ProbeEnv] * 6, autoreset_mode=MIXED[mode])
+    try:
+        python = [sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0"]
+        cpp = [str(cpp_build / "gym_remote_probe_client"), endpoint]
+        csharp = [*csharp_client, endpoint, "--env", "probe", *MODES[mode]]
+        for name, command in (("python", python), ("cpp", cpp), ("csharp", csharp)):
+            reaper.popen([*command, "--num-envs", "2", "--name", name])
+        envs.get_attr("render_mode")  # returns once every slot is served
+        served = {name: [row["slot"] for row in rows] for name, rows in rows_by_client(envs.stats()).items()}
+        assert {name: len(slots) for name, slots in served.items()} == {"python": 2, "cpp": 2, "csharp": 2}, served
+        seeds = [2**63 - 1 - slot if slot in served["cpp"] else 2**64 - 3 + slot for slot in range(6)]
+        found = differences(envs.reset(seed=seeds), reference.reset(seed=seeds), "reset")
+        envs.action_space.seed(5)
+        for step in range(32):
+            actions = envs.action_space.sample()
+            found += differences(envs.step(actions), reference.step(actions), f"step {step}")
+        assert list(envs.get_attr("np_random_seed")) == seeds
+        assert not found, "\n".join(found)
+    finally:
+        envs.close()
+        reference.close()
