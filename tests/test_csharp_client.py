@@ -6,6 +6,7 @@ the C probe client does; a Python, a C++ and a C# client serve one vector as Syn
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from gym_remote.conformance import GROUPS, run
 from gym_remote.conformance.reference import differences
 from gym_remote.conformance.values import probe_vector
 from gym_remote.probe import ProbeEnv
+from tests.conftest import CSHARP_SOURCE
 from tests.helpers import free_tcp_address, probe_client_template, rows_by_client
 from tests.test_csharp import CORE_DTYPES, VALUES, exact, harness_answers
 
@@ -169,6 +171,140 @@ def test_python_cpp_and_csharp_clients_serve_one_vector_as_sync_vector_env_steps
             found += differences(envs.step(actions), reference.step(actions), f"step {step}")
         assert list(envs.get_attr("np_random_seed")) == seeds
         assert not found, "\n".join(found)
+    finally:
+        envs.close()
+        reference.close()
+
+
+UNITY_STAND_IN = r"""
+namespace UnityEngine
+{
+    // The engine's base class; the engine calls a behaviour's messages (OnEnable, FixedUpdate ...) by name.
+    public class MonoBehaviour
+    {
+    }
+
+    public static class Debug
+    {
+        public static void Log(object message) { System.Console.Error.WriteLine("Log: " + message); }
+
+        public static void LogWarning(object message) { System.Console.Error.WriteLine("LogWarning: " + message); }
+
+        public static void LogError(object message) { System.Console.Error.WriteLine("LogError: " + message); }
+    }
+}
+
+namespace UnityEditor
+{
+    public static class AssemblyReloadEvents
+    {
+        public delegate void AssemblyReloadCallback();
+
+        public static event AssemblyReloadCallback beforeAssemblyReload;
+
+        // the test's, not Unity's: what the editor does before it reloads the assemblies
+        public static void RaiseBeforeAssemblyReload()
+        {
+            AssemblyReloadCallback handlers = beforeAssemblyReload;
+            if (handlers != null) handlers();
+        }
+    }
+}
+
+// The engine's frame loop: every host enabled, a FixedUpdate each a frame until the file args[2] appears, then a
+// domain reload; exit status 0 when every client closed on it.
+static class FrameLoop
+{
+    static int Main(string[] args)
+    {
+        var hosts = new ProbeHost[int.Parse(args[1])];
+        for (int i = 0; i < hosts.Length; i++)
+        {
+            hosts[i] = new ProbeHost { endpoint = args[0], clientName = "unity" + i, livenessTimeout = 2f };
+            Send(hosts[i], "OnEnable");
+        }
+        System.DateTime end = System.DateTime.UtcNow.AddSeconds(60);
+        while (!System.IO.File.Exists(args[2]))
+        {
+            if (System.DateTime.UtcNow > end) return 3;
+            foreach (ProbeHost host in hosts) Send(host, "FixedUpdate");
+            System.Threading.Thread.Sleep(1);
+        }
+        UnityEditor.AssemblyReloadEvents.RaiseBeforeAssemblyReload();
+        foreach (ProbeHost host in hosts) if (host.Serving) return 4;
+        foreach (ProbeHost host in hosts) Send(host, "OnDisable");
+        return 0;
+    }
+
+    // as the engine does: the most derived method of that name, whatever its access
+    static void Send(object behaviour, string message)
+    {
+        const System.Reflection.BindingFlags Any = System.Reflection.BindingFlags.Instance |
+            System.Reflection.BindingFlags.Public | System.Reflection.BindingFlags.NonPublic |
+            System.Reflection.BindingFlags.DeclaredOnly;
+        for (System.Type type = behaviour.GetType(); type != null; type = type.BaseType)
+        {
+            System.Reflection.MethodInfo method = type.GetMethod(message, Any);
+            if (method != null)
+            {
+                method.Invoke(behaviour, null);
+                return;
+            }
+        }
+        throw new System.MissingMethodException(behaviour.GetType().Name, message);
+    }
+}
+"""
+
+
+def _unity_guide_code() -> list[str]:
+    """The C# code blocks of the README's Unity section, in order."""
+    text = (CSHARP_SOURCE / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Unity (and other engines)\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"\n```csharp\n(.*?)\n```\n", section, flags=re.DOTALL)
+
+
+def test_the_unity_guide_serves_a_vector_frame_by_frame(csharp_client, csharp_build, reaper, tmp_path):
+    """The README's Unity MonoBehaviour, compiled as it is written (UNITY_EDITOR defined) against GymRemote.dll and
+    a stand-in of the engine types it uses, and driven as the engine would (OnEnable, then FixedUpdate once a frame):
+    two hosts serve a 2-slot RemoteVectorEnv as SyncVectorEnv steps, each step answered a frame after it was asked,
+    across autoresets and with seeds above 2**63; then beforeAssemblyReload closes both clients."""
+    blocks = _unity_guide_code()
+    assert len(blocks) == 2 and "class GymRemoteHost : MonoBehaviour" in blocks[0], blocks
+    sources = []
+    for name, code in (("Host.cs", blocks[0]), ("Probe.cs", blocks[1]), ("Engine.cs", UNITY_STAND_IN)):
+        (tmp_path / name).write_text(code, encoding="utf-8")
+        sources.append(str(tmp_path / name))
+    shutil.copy(csharp_build / "GymRemote.dll", tmp_path)
+    program = tmp_path / "Unity.exe"
+    compiler = ["mcs", "-langversion:7.2", "-warnaserror+", "-define:UNITY_EDITOR", "-r:System.Numerics.dll"]
+    done = subprocess.run(
+        [*compiler, f"-r:{tmp_path / 'GymRemote.dll'}", f"-out:{program}", *sources],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"the guide's code does not compile:\n{done.stdout}\n{done.stderr}"
+    endpoint, reload = free_tcp_address(), tmp_path / "reload"
+    envs = probe_vector(endpoint, 2, liveness_timeout=2.0)
+    reference = SyncVectorEnv([ProbeEnv] * 2)
+    try:
+        engine = reaper.popen(
+            [csharp_client[0], str(program), endpoint, "2", str(reload)], stderr=subprocess.PIPE, text=True
+        )
+        seed = 2**64 - 1
+        found = differences(envs.reset(seed=seed), reference.reset(seed=seed), "reset")
+        assert sorted(rows_by_client(envs.stats())) == ["unity0", "unity1"]
+        envs.action_space.seed(7)
+        for step in range(12):
+            actions = envs.action_space.sample()
+            found += differences(envs.step(actions), reference.step(actions), f"step {step}")
+        assert list(envs.get_attr("np_random_seed")) == [seed, seed + 1]
+        assert not found, "\n".join(found)
+        reload.touch()
+        _, log = engine.communicate(timeout=30)
+        assert engine.returncode == 0, f"{engine.returncode}: a client outlived the domain reload\n{log}"
+        assert "LogError" not in log and "LogWarning" not in log, log
     finally:
         envs.close()
         reference.close()
