@@ -265,10 +265,11 @@ def _unity_guide_code() -> list[str]:
 
 
 def test_the_unity_guide_serves_a_vector_frame_by_frame(csharp_client, csharp_build, reaper, tmp_path):
-    """The README's Unity MonoBehaviour, compiled as it is written (UNITY_EDITOR defined) against GymRemote.dll and
-    a stand-in of the engine types it uses, and driven as the engine would (OnEnable, then FixedUpdate once a frame):
-    two hosts serve a 2-slot RemoteVectorEnv as SyncVectorEnv steps, each step answered a frame after it was asked,
-    across autoresets and with seeds above 2**63; then beforeAssemblyReload closes both clients."""
+    """The README's Unity MonoBehaviour, compiled as it is written (for a player, and for the editor, which the
+    test runs) against GymRemote.dll and a stand-in of the engine types it uses, and driven as the engine would
+    (OnEnable, then FixedUpdate once a frame): two hosts serve a 2-slot RemoteVectorEnv as SyncVectorEnv steps,
+    each step answered a frame after it was asked, across autoresets and with seeds above 2**63; then
+    beforeAssemblyReload closes both clients."""
     blocks = _unity_guide_code()
     assert len(blocks) == 2 and "class GymRemoteHost : MonoBehaviour" in blocks[0], blocks
     sources = []
@@ -276,15 +277,19 @@ def test_the_unity_guide_serves_a_vector_frame_by_frame(csharp_client, csharp_bu
         (tmp_path / name).write_text(code, encoding="utf-8")
         sources.append(str(tmp_path / name))
     shutil.copy(csharp_build / "GymRemote.dll", tmp_path)
-    program = tmp_path / "Unity.exe"
-    compiler = ["mcs", "-langversion:7.2", "-warnaserror+", "-define:UNITY_EDITOR", "-r:System.Numerics.dll"]
-    done = subprocess.run(
-        [*compiler, f"-r:{tmp_path / 'GymRemote.dll'}", f"-out:{program}", *sources],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"the guide's code does not compile:\n{done.stdout}\n{done.stderr}"
+    compiler = [
+        "mcs",
+        "-langversion:7.2",
+        "-warnaserror+",
+        "-r:System.Numerics.dll",
+        f"-r:{tmp_path / 'GymRemote.dll'}",
+    ]
+    for where, defines in (("a player", []), ("the editor", ["-define:UNITY_EDITOR"])):
+        program = tmp_path / f"Unity{len(defines)}.exe"
+        done = subprocess.run(
+            [*compiler, *defines, f"-out:{program}", *sources], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, f"the guide's code does not compile for {where}:\n{done.stdout}\n{done.stderr}"
     endpoint, reload = free_tcp_address(), tmp_path / "reload"
     envs = probe_vector(endpoint, 2, liveness_timeout=2.0)
     reference = SyncVectorEnv([ProbeEnv] * 2)
