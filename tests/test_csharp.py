@@ -42,6 +42,8 @@ def exact(value: Any) -> Any:
         if value.dtype == object:
             return ["o", list(value.shape), [exact(item) for item in value.ravel()]]
         return ["a", value.dtype.str, list(value.shape), np.ascontiguousarray(value).tobytes().hex()]
+    if isinstance(value, spaces.GraphInstance):  # before tuples: a GraphInstance is a NamedTuple
+        return ["g", *(exact(part) for part in value)]
     if isinstance(value, int):
         return value if -(2**63) <= value < 2**63 else ["i", f"{'-' if value < 0 else ''}{abs(value):x}"]
     if isinstance(value, float):
@@ -79,6 +81,8 @@ def from_exact(form: Any) -> Any:
         return np.frombuffer(bytes.fromhex(rest[1]), dtype=rest[0])[0]
     if tag == "a":
         return np.frombuffer(bytes.fromhex(rest[2]), dtype=rest[0]).reshape(rest[1]).copy()
+    if tag == "g":
+        return spaces.GraphInstance(*(from_exact(part) for part in rest))
     if tag == "o":
         array = np.empty(len(rest[1]), dtype=object)
         for position, item in enumerate(rest[1]):  # one by one: a list item stays one item

@@ -232,7 +232,7 @@ namespace GymRemote
                 try
                 {
                     int status = NativeMethods.gr_client_complete_step(client, (UIntPtr)env, observation, result.Reward, result.Terminated ? 1 : 0, result.Truncated ? 1 : 0, info);
-                    NativeValues.Check(status, "CompleteStep(" + env + ")");
+                    NativeValues.Check(status, null);
                 }
                 finally
                 {
@@ -257,7 +257,7 @@ namespace GymRemote
             EnvException raised = EnvException.From(error);
             int status = NativeMethods.gr_client_fail_step(client, (UIntPtr)env, Utf8.Terminated(raised.TypeName, "an exception type"),
                 Utf8.Terminated(raised.Module ?? "builtins", "an exception module"), Utf8.Terminated(Printable(raised.Message), "a message"));
-            NativeValues.Check(status, "FailStep(" + env + ")");
+            NativeValues.Check(status, null);
         }
 
         /// <summary>Ends a client still running as <see cref="RequestStop"/> does (BYE, envs closed), and frees it.</summary>

@@ -179,6 +179,10 @@ namespace GymRemote.Native
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         internal static extern IntPtr gr_dict_key(IntPtr value, UIntPtr index);
 
+        // since C ABI 1.1
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern IntPtr gr_dict_key_data(IntPtr value, UIntPtr index, out UIntPtr size);
+
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         internal static extern IntPtr gr_dict_value(IntPtr value, UIntPtr index);
 

@@ -13,7 +13,8 @@ namespace GymRemote.Native
         static readonly BigInteger Int64Min = long.MinValue, Int64Max = long.MaxValue;
 
         // Throws for a failed gr_ call: an EnvException when the C ABI names a Python exception (gr_to_int64 of a
-        // str, say), else a GymRemoteException with gr_last_error's text.
+        // str, say), else a GymRemoteException with gr_last_error's text, after `where` unless that is null (for
+        // functions whose text names them).
         internal static Exception LastError(string where, int status = 1)
         {
             string message = Utf8.Decode(NativeMethods.gr_last_error());
@@ -23,7 +24,8 @@ namespace GymRemote.Native
                 string module = Utf8.Decode(NativeMethods.gr_last_error_module());
                 return new EnvException(type, message, module.Length > 0 ? module : "builtins");
             }
-            return new GymRemoteException((ClientStatus)status, where + ": " + (message.Length > 0 ? message : "failed"));
+            if (message.Length == 0) message = "failed";
+            return new GymRemoteException((ClientStatus)status, where == null ? message : where + ": " + message);
         }
 
         internal static IntPtr Checked(IntPtr handle, string where)
@@ -84,6 +86,17 @@ namespace GymRemote.Native
                     finally
                     {
                         NativeMethods.gr_value_free(items);
+                    }
+                case ValueKind.Graph:
+                    var parts = new IntPtr[3];
+                    try
+                    {
+                        for (int i = 0; i < parts.Length; i++) parts[i] = ToNative(value.Items[i], depth + 1);
+                        return Checked(NativeMethods.gr_graph(parts[0], parts[1], parts[2]), "gr_graph");
+                    }
+                    finally
+                    {
+                        foreach (IntPtr part in parts) NativeMethods.gr_value_free(part);
                     }
                 default:
                     throw new NotSupportedException("a value of kind " + value.Kind + " has no C form");
@@ -217,8 +230,7 @@ namespace GymRemote.Native
                     for (int i = 0; i < count; i++)
                     {
                         var index = (UIntPtr)i;
-                        Value key = kind == NativeMethods.KindDict
-                            ? Value.String(Utf8.Decode(Checked(NativeMethods.gr_dict_key(handle, index), "gr_dict_key")))
+                        Value key = kind == NativeMethods.KindDict ? Value.String(DictKey(handle, index))
                             : FromNative(Checked(NativeMethods.gr_pair_key(handle, index), "gr_pair_key"), depth + 1);
                         entries.Add(new KeyValuePair<Value, Value>(key, FromNative(Checked(NativeMethods.gr_dict_value(handle, index), "gr_dict_value"), depth + 1)));
                     }
@@ -232,10 +244,24 @@ namespace GymRemote.Native
                     return kind == NativeMethods.KindScalar ? Value.Scalar(dtype, raw) : Value.Array(dtype, ShapeOf(handle), raw);
                 case NativeMethods.KindObjectArray: return Value.ObjectArray(ShapeOf(handle), Items(handle, count, depth));
                 case NativeMethods.KindGraph:
-                    throw new NotSupportedException("a GraphInstance (tag g) has no C# Value yet: graph values cannot reach a C# env");
+                    Value[] graph = Items(handle, 3, depth);
+                    return Value.Graph(graph[0], graph[1], graph[2]);
                 default:
                     throw new NotSupportedException("the C interface gave a value of unknown kind " + kind + " (a newer library?)");
             }
+        }
+
+        // whether the library has gr_dict_key_data (C ABI 1.1): -1 not asked yet, 0 no, 1 yes
+        static int keyData = -1;
+
+        // a str key of a GR_DICT, whole (with the NULs it may hold) from a 1.1 library, up to a NUL from a 1.0 one
+        static string DictKey(IntPtr handle, UIntPtr index)
+        {
+            if (keyData < 0) keyData = (NativeMethods.gr_abi_version() & 0xffff) >= 0x0100 ? 1 : 0;
+            if (keyData == 0) return Utf8.Decode(Checked(NativeMethods.gr_dict_key(handle, index), "gr_dict_key"));
+            UIntPtr size;
+            IntPtr key = Checked(NativeMethods.gr_dict_key_data(handle, index, out size), "gr_dict_key_data");
+            return Utf8.Decode(key, (int)(ulong)size);
         }
 
         static Value[] Items(IntPtr handle, int count, int depth)
