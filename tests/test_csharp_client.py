@@ -276,7 +276,8 @@ def test_python_cpp_and_csharp_clients_serve_one_vector_as_sync_vector_env_steps
 ):
     """One RemoteVectorEnv of 6 probe slots, 2 served by each of a Python, a C++ and a C# client, steps as a
     SyncVectorEnv of 6 Python probes: seeds above 2**63, some above 2**64, reach the Python and C# envs whole,
-    32 random steps cross 6 autoresets (the probe truncates at step 5), and every slot's np_random_seed is its own.
+    in 32 random steps every slot autoresets at least 5 times (the probe truncates at step 5), and every slot's
+    np_random_seed is its own.
     Every client runs the same probe, so the order in which they join decides who serves which slot but not what a
     slot answers. The C++ probe keeps ``Env::reset``, which takes seeds in the signed 64-bit range only
     (clients/cpp/README.md), so its slots, found in the stats once all have joined, get the largest it takes."""
@@ -341,7 +342,7 @@ namespace UnityEditor
 }
 
 // The engine's frame loop: every host enabled, a FixedUpdate each a frame until the file args[2] appears, then a
-// domain reload; exit status 0 when every client closed on it.
+// domain reload; the process lives on until its stdin closes, then exits 0 if every client closed on the reload.
 static class FrameLoop
 {
     static int Main(string[] args)
@@ -360,9 +361,11 @@ static class FrameLoop
             System.Threading.Thread.Sleep(1);
         }
         UnityEditor.AssemblyReloadEvents.RaiseBeforeAssemblyReload();
-        foreach (ProbeHost host in hosts) if (host.Serving) return 4;
+        int serving = 0;
+        foreach (ProbeHost host in hosts) if (host.Serving) serving += 1;
+        System.Console.In.ReadToEnd();
         foreach (ProbeHost host in hosts) Send(host, "OnDisable");
-        return 0;
+        return serving == 0 ? 0 : 4;
     }
 
     // as the engine does: the most derived method of that name, whatever its access
@@ -398,7 +401,8 @@ def test_the_unity_guide_serves_a_vector_frame_by_frame(csharp_client, csharp_bu
     test runs) against GymRemote.dll and a stand-in of the engine types it uses, and driven as the engine would
     (OnEnable, then FixedUpdate once a frame): two hosts serve a 2-slot RemoteVectorEnv as SyncVectorEnv steps,
     each step answered a frame after it was asked, across autoresets and with seeds above 2**63; then
-    beforeAssemblyReload closes both clients."""
+    beforeAssemblyReload closes both clients, whose BYE frees their slots for a Python client at once (the learner's
+    liveness timeout is 60 s, and the engine's process lives on)."""
     blocks = _unity_guide_code()
     assert len(blocks) == 2 and "class GymRemoteHost : MonoBehaviour" in blocks[0], blocks
     sources = []
@@ -420,11 +424,14 @@ def test_the_unity_guide_serves_a_vector_frame_by_frame(csharp_client, csharp_bu
         )
         assert done.returncode == 0, f"the guide's code does not compile for {where}:\n{done.stdout}\n{done.stderr}"
     endpoint, reload = free_tcp_address(), tmp_path / "reload"
-    envs = probe_vector(endpoint, 2, liveness_timeout=2.0)
+    envs = probe_vector(endpoint, 2, liveness_timeout=60.0)
     reference = SyncVectorEnv([ProbeEnv] * 2)
     try:
         engine = reaper.popen(
-            [csharp_client[0], str(program), endpoint, "2", str(reload)], stderr=subprocess.PIPE, text=True
+            [csharp_client[0], str(program), endpoint, "2", str(reload)],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         seed = 2**64 - 1
         found = differences(envs.reset(seed=seed), reference.reset(seed=seed), "reset")
@@ -436,6 +443,12 @@ def test_the_unity_guide_serves_a_vector_frame_by_frame(csharp_client, csharp_bu
         assert list(envs.get_attr("np_random_seed")) == [seed, seed + 1]
         assert not found, "\n".join(found)
         reload.touch()
+        python = [sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0"]
+        reaper.popen([*python, "--num-envs", "2", "--name", "python"])
+        started = time.monotonic()
+        envs.reset(seed=1)
+        assert time.monotonic() - started < 20, "the slots were freed only when the learner's liveness timeout ran out"
+        assert sorted(rows_by_client(envs.stats())) == ["python"]
         _, log = engine.communicate(timeout=30)
         assert engine.returncode == 0, f"{engine.returncode}: a client outlived the domain reload\n{log}"
         assert "LogError" not in log and "LogWarning" not in log, log
