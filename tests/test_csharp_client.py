@@ -2,11 +2,12 @@
 client GymRemote.Client.exe passes the conformance suite, run by the native client's own loop and frame-paced (one
 pump a frame, each step answered on the next frame by FramePacedDriver); values of every kind cross the native
 handles and come back to the bit; the Client refuses what the C interface cannot take; the command line exits as
-the C probe client does."""
+the C probe client does; a Python, a C++ and a C# client serve one vector as SyncVectorEnv steps."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gym_remote.conformance import GROUPS, run
 from gym_remote.conformance.reference import differences
 from gym_remote.conformance.values import probe_vector
-from tests.helpers import cartpole_server, free_tcp_address, probe_client_template
+from gym_remote.probe import ProbeEnv
+from tests.conftest import CSHARP_SOURCE
+from tests.helpers import cartpole_server, free_tcp_address, probe_client_template, rows_by_client
 from tests.test_csharp import CORE_DTYPES, VALUES, exact, harness_answers
 
 pytestmark = pytest.mark.timeout(300)
@@ -261,3 +264,194 @@ def test_the_command_line_exits_as_the_c_probe_client(csharp_client):
     for send, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         status, error = _exit_status([*csharp_client, endpoint, "--env", "cartpole"], 1.5, send)
         assert status == expected, f"{send.name}: {status}: {error}"
+
+
+MIXED = {"run": AutoresetMode.NEXT_STEP, "frame-paced": AutoresetMode.SAME_STEP}
+"""The C# mode of the mixed vector, and the autoreset mode it runs under (each mode meets one of the two)."""
+
+
+@pytest.mark.parametrize("mode", list(MIXED))
+def test_python_cpp_and_csharp_clients_serve_one_vector_as_sync_vector_env_steps(
+    csharp_client, cpp_build, reaper, mode
+):
+    """One RemoteVectorEnv of 6 probe slots, 2 served by each of a Python, a C++ and a C# client, steps as a
+    SyncVectorEnv of 6 Python probes: seeds above 2**63, some above 2**64, reach the Python and C# envs whole,
+    in 32 random steps every slot autoresets at least 5 times (the probe truncates at step 5), and every slot's
+    np_random_seed is its own.
+    Every client runs the same probe, so the order in which they join decides who serves which slot but not what a
+    slot answers. The C++ probe keeps ``Env::reset``, which takes seeds in the signed 64-bit range only
+    (clients/cpp/README.md), so its slots, found in the stats once all have joined, get the largest it takes."""
+    endpoint = free_tcp_address()
+    envs = probe_vector(endpoint, 6, liveness_timeout=2.0, mode=MIXED[mode])
+    reference = SyncVectorEnv([ProbeEnv] * 6, autoreset_mode=MIXED[mode])
+    try:
+        python = [sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0"]
+        cpp = [str(cpp_build / "gym_remote_probe_client"), endpoint]
+        csharp = [*csharp_client, endpoint, "--env", "probe", *MODES[mode]]
+        for name, command in (("python", python), ("cpp", cpp), ("csharp", csharp)):
+            reaper.popen([*command, "--num-envs", "2", "--name", name])
+        envs.get_attr("render_mode")  # returns once every slot is served
+        served = {name: [row["slot"] for row in rows] for name, rows in rows_by_client(envs.stats()).items()}
+        assert {name: len(slots) for name, slots in served.items()} == {"python": 2, "cpp": 2, "csharp": 2}, served
+        seeds = [2**63 - 1 - slot if slot in served["cpp"] else 2**64 - 3 + slot for slot in range(6)]
+        found = differences(envs.reset(seed=seeds), reference.reset(seed=seeds), "reset")
+        envs.action_space.seed(5)
+        for step in range(32):
+            actions = envs.action_space.sample()
+            found += differences(envs.step(actions), reference.step(actions), f"step {step}")
+        assert list(envs.get_attr("np_random_seed")) == seeds
+        assert not found, "\n".join(found)
+    finally:
+        envs.close()
+        reference.close()
+
+
+UNITY_STAND_IN = r"""
+namespace UnityEngine
+{
+    // The engine's base class; the engine calls a behaviour's messages (OnEnable, FixedUpdate ...) by name.
+    public class MonoBehaviour
+    {
+    }
+
+    public static class Debug
+    {
+        public static void Log(object message) { System.Console.Error.WriteLine("Log: " + message); }
+
+        public static void LogWarning(object message) { System.Console.Error.WriteLine("LogWarning: " + message); }
+
+        public static void LogError(object message) { System.Console.Error.WriteLine("LogError: " + message); }
+    }
+}
+
+namespace UnityEditor
+{
+    public static class AssemblyReloadEvents
+    {
+        public delegate void AssemblyReloadCallback();
+
+        public static event AssemblyReloadCallback beforeAssemblyReload;
+
+        // the test's, not Unity's: what the editor does before it reloads the assemblies
+        public static void RaiseBeforeAssemblyReload()
+        {
+            AssemblyReloadCallback handlers = beforeAssemblyReload;
+            if (handlers != null) handlers();
+        }
+    }
+}
+
+// The engine's frame loop: every host enabled, a FixedUpdate each a frame until the file args[2] appears, then a
+// domain reload; the process lives on until its stdin closes, then exits 0 if every client closed on the reload.
+static class FrameLoop
+{
+    static int Main(string[] args)
+    {
+        var hosts = new ProbeHost[int.Parse(args[1])];
+        for (int i = 0; i < hosts.Length; i++)
+        {
+            hosts[i] = new ProbeHost { endpoint = args[0], clientName = "unity" + i, livenessTimeout = 2f };
+            Send(hosts[i], "OnEnable");
+        }
+        System.DateTime end = System.DateTime.UtcNow.AddSeconds(60);
+        while (!System.IO.File.Exists(args[2]))
+        {
+            if (System.DateTime.UtcNow > end) return 3;
+            foreach (ProbeHost host in hosts) Send(host, "FixedUpdate");
+            System.Threading.Thread.Sleep(1);
+        }
+        UnityEditor.AssemblyReloadEvents.RaiseBeforeAssemblyReload();
+        int serving = 0;
+        foreach (ProbeHost host in hosts) if (host.Serving) serving += 1;
+        System.Console.In.ReadToEnd();
+        foreach (ProbeHost host in hosts) Send(host, "OnDisable");
+        return serving == 0 ? 0 : 4;
+    }
+
+    // as the engine does: the most derived method of that name, whatever its access
+    static void Send(object behaviour, string message)
+    {
+        const System.Reflection.BindingFlags Any = System.Reflection.BindingFlags.Instance |
+            System.Reflection.BindingFlags.Public | System.Reflection.BindingFlags.NonPublic |
+            System.Reflection.BindingFlags.DeclaredOnly;
+        for (System.Type type = behaviour.GetType(); type != null; type = type.BaseType)
+        {
+            System.Reflection.MethodInfo method = type.GetMethod(message, Any);
+            if (method != null)
+            {
+                method.Invoke(behaviour, null);
+                return;
+            }
+        }
+        throw new System.MissingMethodException(behaviour.GetType().Name, message);
+    }
+}
+"""
+
+
+def _unity_guide_code() -> list[str]:
+    """The C# code blocks of the README's Unity section, in order."""
+    text = (CSHARP_SOURCE / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Unity (and other engines)\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"\n```csharp\n(.*?)\n```\n", section, flags=re.DOTALL)
+
+
+def test_the_unity_guide_serves_a_vector_frame_by_frame(csharp_client, csharp_build, reaper, tmp_path):
+    """The README's Unity MonoBehaviour, compiled as it is written (for a player, and for the editor, which the
+    test runs) against GymRemote.dll and a stand-in of the engine types it uses, and driven as the engine would
+    (OnEnable, then FixedUpdate once a frame): two hosts serve a 2-slot RemoteVectorEnv as SyncVectorEnv steps,
+    each step answered a frame after it was asked, across autoresets and with seeds above 2**63; then
+    beforeAssemblyReload closes both clients, whose BYE frees their slots for a Python client at once (the learner's
+    liveness timeout is 60 s, and the engine's process lives on)."""
+    blocks = _unity_guide_code()
+    assert len(blocks) == 2 and "class GymRemoteHost : MonoBehaviour" in blocks[0], blocks
+    sources = []
+    for name, code in (("Host.cs", blocks[0]), ("Probe.cs", blocks[1]), ("Engine.cs", UNITY_STAND_IN)):
+        (tmp_path / name).write_text(code, encoding="utf-8")
+        sources.append(str(tmp_path / name))
+    shutil.copy(csharp_build / "GymRemote.dll", tmp_path)
+    compiler = [
+        "mcs",
+        "-langversion:7.2",
+        "-warnaserror+",
+        "-r:System.Numerics.dll",
+        f"-r:{tmp_path / 'GymRemote.dll'}",
+    ]
+    for where, defines in (("a player", []), ("the editor", ["-define:UNITY_EDITOR"])):
+        program = tmp_path / f"Unity{len(defines)}.exe"
+        done = subprocess.run(
+            [*compiler, *defines, f"-out:{program}", *sources], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, f"the guide's code does not compile for {where}:\n{done.stdout}\n{done.stderr}"
+    endpoint, reload = free_tcp_address(), tmp_path / "reload"
+    envs = probe_vector(endpoint, 2, liveness_timeout=60.0)
+    reference = SyncVectorEnv([ProbeEnv] * 2)
+    try:
+        engine = reaper.popen(
+            [csharp_client[0], str(program), endpoint, "2", str(reload)],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        seed = 2**64 - 1
+        found = differences(envs.reset(seed=seed), reference.reset(seed=seed), "reset")
+        assert sorted(rows_by_client(envs.stats())) == ["unity0", "unity1"]
+        envs.action_space.seed(7)
+        for step in range(12):
+            actions = envs.action_space.sample()
+            found += differences(envs.step(actions), reference.step(actions), f"step {step}")
+        assert list(envs.get_attr("np_random_seed")) == [seed, seed + 1]
+        assert not found, "\n".join(found)
+        reload.touch()
+        python = [sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0"]
+        reaper.popen([*python, "--num-envs", "2", "--name", "python"])
+        started = time.monotonic()
+        envs.reset(seed=1)
+        assert time.monotonic() - started < 20, "the slots were freed only when the learner's liveness timeout ran out"
+        assert sorted(rows_by_client(envs.stats())) == ["python"]
+        _, log = engine.communicate(timeout=30)
+        assert engine.returncode == 0, f"{engine.returncode}: a client outlived the domain reload\n{log}"
+        assert "LogError" not in log and "LogWarning" not in log, log
+    finally:
+        envs.close()
+        reference.close()
