@@ -189,7 +189,8 @@ def test_a_missing_library_or_another_major_version_is_refused(csharp_build, tmp
 @pytest.mark.timeout(200)
 def test_a_domain_unload_ends_a_client_left_running(cpp_build, csharp_build, reaper, monkeypatch):
     """A client made in an AppDomain and never disposed says BYE when the domain unloads (a Unity domain reload):
-    its slot goes to the next client at once, not after the learner's 60 s liveness timeout."""
+    its slot goes to the next client at once, not after the learner's 60 s liveness timeout; and the log sink that
+    domain set is dropped with it (the native library lives on, and logs to stderr again)."""
     monkeypatch.setenv("LD_LIBRARY_PATH", str(cpp_build))
     endpoint = free_tcp_address()
     envs = probe_vector(endpoint, 1, liveness_timeout=60.0)
@@ -198,19 +199,23 @@ def test_a_domain_unload_ends_a_client_left_running(cpp_build, csharp_build, rea
             [shutil.which("mono") or "mono", str(csharp_build / "GymRemote.Harness.exe")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
-        harness.stdin.write(json.dumps({"op": "domain_client", "endpoint": endpoint}) + "\n")
+        command = {"op": "domain_client", "endpoint": endpoint, "no_server": free_tcp_address()}
+        harness.stdin.write(json.dumps(command) + "\n")
         harness.stdin.flush()
         envs.reset(seed=1)  # served by the C# client
         answer = json.loads(harness.stdout.readline())
-        assert answer == {"ok": True, "state": "Member"}, answer
+        assert answer == {"ok": True, "state": "Member", "after": "Timeout"}, answer
         reaper.popen([sys.executable, "-m", "gym_remote", "client", endpoint, "--env", "gym_remote/Probe-v0"])
         started = time.monotonic()
         envs.reset(seed=2)  # the harness process lives on: only the domain's end can have freed the slot
         assert time.monotonic() - started < 20, "the slot was freed only when the learner's liveness timeout ran out"
-        harness.stdin.close()
-        assert harness.wait(30) == 0
+        _, log = harness.communicate(timeout=30)  # (closes stdin: the harness exits)
+        assert harness.returncode == 0, log
+        mine = [line for line in log.splitlines() if command["no_server"] in line]
+        assert mine and not [line for line in mine if "the reloaded domain's sink" in line], log
     finally:
         envs.close()
 

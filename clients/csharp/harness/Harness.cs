@@ -23,8 +23,9 @@ namespace GymRemote.Harness
     /// answers its state, the library's ABI version and the errors of CompleteStep misused; {"op": "log_sink",
     /// "endpoint"} runs a client that finds no server with its log lines sent to a C# sink, and answers them; {"op": "python_error", "dotnet": "System.ArgumentException",
     /// "message"} answers the Python exception EnvException.From names for that .NET exception; {"op": "domain_client",
-    /// "endpoint"} serves a probe from a client made in another AppDomain, pumped until it has been a member for a
-    /// second and left undisposed, then unloads that domain (as a Unity domain reload does). Each answer has "ok";
+    /// "endpoint", "no_server"} serves a probe from a client made in another AppDomain (with a log sink of its own),
+    /// pumped until it has been a member for a second and left undisposed, then unloads that domain (as a Unity
+    /// domain reload does), then runs a client of this domain, logging at DEBUG, that finds no server at no_server. Each answer has "ok";
     /// a failed command answers {"ok": false, "type", "module", "message"}.
     ///
     /// Values are written exactly: null, true/false, strings and ints in 64 bits as JSON; a float as ["f", the
@@ -204,6 +205,10 @@ namespace GymRemote.Harness
                     var runner = (DomainRunner)domain.CreateInstanceAndUnwrap(typeof(DomainRunner).Assembly.FullName, typeof(DomainRunner).FullName);
                     answer.Add(Pair("state", runner.Serve((string)Field(command, "endpoint"))));
                     AppDomain.Unload(domain);
+                    // then a client here that finds no server: its native log lines (DEBUG) must reach stderr, not
+                    // the sink the unloaded domain had set
+                    var alone = new ClientOptions((string)Field(command, "no_server")) { ConnectTimeout = 0.3, Reconnect = false, LogLevel = LogLevel.Debug };
+                    using (var client = new Client(alone, new IEnv[] { new ProbeEnv() })) answer.Add(Pair("after", client.Run().ToString()));
                     break;
                 case "close":
                     env.Close();
@@ -456,6 +461,7 @@ namespace GymRemote.Harness
 
         public string Serve(string endpoint)
         {
+            Client.SetLogSink((level, message) => Console.Error.WriteLine("the reloaded domain's sink: " + message));
             kept = new Client(new ClientOptions(endpoint) { LivenessTimeout = 60 }, new IEnv[] { new ProbeEnv() });
             kept.Start();
             DateTime deadline = DateTime.UtcNow.AddSeconds(60);

@@ -312,6 +312,8 @@ namespace GymRemote
                 Live.Clear();
             }
             foreach (Client client in clients) client.Free();
+            // The native library outlives the domain (a Unity domain reload): its log lines must not call into it.
+            if (logSink != null) SetLogSink(null);
         }
 
         ClientStatus Outcome(int status)
