@@ -49,6 +49,7 @@ ONE_PLANE_MODULES = {
     "test_conformance_units",
     "test_cpp_client",
     "test_csharp",
+    "test_csharp_client",
     "test_data_plane",
     "test_docs",
     "test_docs_site",

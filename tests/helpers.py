@@ -2,7 +2,7 @@
 
 * :class:`ThreadClient`: an :class:`~gym_remote.EnvClient` running in a thread of the test process;
 * :class:`LoggedProcess`: a process started through the ``reaper`` fixture, its output in files, and
-  the command lines on top of it (:func:`gym_remote`, :func:`cli_client`);
+  the command lines on top of it (:func:`gym_remote`, :func:`cli_client`, :func:`probe_client_template`);
 * processes by pid: :func:`pid_alive`, :func:`child_pids`, :func:`is_local_client`,
   :func:`kill_local_clients`, :class:`KillWhenMarked`; a Ray instance whose processes end with it:
   :func:`ray_instance`;
@@ -300,6 +300,20 @@ def cli_client(
 ) -> LoggedProcess:
     """``gym-remote --log-level LOG_LEVEL client ADDRESS --name NAME ARGS``."""
     return gym_remote(reaper, tmp_path, name, "--log-level", log_level, "client", address, "--name", name, *args)
+
+
+def probe_client_template(command: list[str], *extra: str) -> list[str]:
+    """The conformance runner's template for a probe client with gym_remote_probe_client's command line."""
+    return [
+        *command,
+        "{endpoint}",
+        "--num-envs",
+        "{num_envs}",
+        "--liveness-timeout",
+        "{liveness_timeout}",
+        *extra,
+        "{security}",
+    ]
 
 
 # -- processes by pid ------------------------------------------------------------------------------

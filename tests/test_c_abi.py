@@ -13,7 +13,7 @@ from gym_remote.conformance import GROUPS, run
 from gym_remote.conformance.reference import differences
 from gym_remote.conformance.values import probe_vector
 from gym_remote.probe import ProbeEnv
-from tests.helpers import free_tcp_address
+from tests.helpers import free_tcp_address, probe_client_template
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,16 +28,7 @@ def c_probe_client(build, *arguments: str) -> list[str]:
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("group", GROUPS)
 def test_the_c_probe_client_passes_the_conformance_suite(cpp_build, group, mode):
-    template = c_probe_client(
-        cpp_build,
-        "{endpoint}",
-        "--num-envs",
-        "{num_envs}",
-        "--liveness-timeout",
-        "{liveness_timeout}",
-        *MODES[mode],
-        "{security}",
-    )
+    template = probe_client_template(c_probe_client(cpp_build), *MODES[mode])
     report = run(template, groups=[group])
     assert report.results and report.passed, report.text()
 

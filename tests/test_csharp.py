@@ -42,6 +42,8 @@ def exact(value: Any) -> Any:
         if value.dtype == object:
             return ["o", list(value.shape), [exact(item) for item in value.ravel()]]
         return ["a", value.dtype.str, list(value.shape), np.ascontiguousarray(value).tobytes().hex()]
+    if isinstance(value, spaces.GraphInstance):  # before tuples: a GraphInstance is a NamedTuple
+        return ["g", *(exact(part) for part in value)]
     if isinstance(value, int):
         return value if -(2**63) <= value < 2**63 else ["i", f"{'-' if value < 0 else ''}{abs(value):x}"]
     if isinstance(value, float):
@@ -79,6 +81,8 @@ def from_exact(form: Any) -> Any:
         return np.frombuffer(bytes.fromhex(rest[1]), dtype=rest[0])[0]
     if tag == "a":
         return np.frombuffer(bytes.fromhex(rest[2]), dtype=rest[0]).reshape(rest[1]).copy()
+    if tag == "g":
+        return spaces.GraphInstance(*(from_exact(part) for part in rest))
     if tag == "o":
         array = np.empty(len(rest[1]), dtype=object)
         for position, item in enumerate(rest[1]):  # one by one: a list item stays one item
@@ -211,16 +215,19 @@ def test_library_uses_only_netstandard_types(csharp_build):
 
 
 def test_readme_example_compiles(csharp_build, tmp_path):
-    """The env of clients/csharp/README.md compiles against the library as it is written there."""
+    """The examples of clients/csharp/README.md compile against the library as they are written there, each a file
+    of its own (the Unity guide's, which need UnityEngine, are tested in test_csharp_client.py)."""
     readme = (Path(__file__).resolve().parent.parent / "clients" / "csharp" / "README.md").read_text()
-    blocks = re.findall(r"```csharp\n(.*?)```", readme, flags=re.DOTALL)
-    assert blocks, "the README has no C# example"
-    source = tmp_path / "Example.cs"
-    source.write_text("\n".join(blocks))
+    before_unity = readme.split("\n## Unity (and other engines)\n", 1)[0]
+    blocks = re.findall(r"```csharp\n(.*?)```", before_unity, flags=re.DOTALL)
+    assert len(blocks) >= 2, "the README has lost its C# examples (an env, a client)"
+    sources = [tmp_path / f"Example{index}.cs" for index in range(len(blocks))]
+    for source, block in zip(sources, blocks):
+        source.write_text(block)
     mcs = shutil.which("mcs")
     assert mcs is not None
     command = [mcs, "-langversion:7.2", "-warnaserror+", "-target:library", "-r:System.Numerics.dll"]
-    command += [f"-r:{csharp_build / 'GymRemote.dll'}", f"-out:{tmp_path / 'Example.dll'}", str(source)]
+    command += [f"-r:{csharp_build / 'GymRemote.dll'}", f"-out:{tmp_path / 'Example.dll'}", *map(str, sources)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=HARNESS_SECONDS)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -10,3 +10,5 @@ flags="-langversion:7.2 -warnaserror+ -nowarn:1591 -debug- -optimize+ -r:System.
 mcs $flags -target:library -doc:"$out/GymRemote.xml" -out:"$out/GymRemote.dll" $(find "$here/src" -name '*.cs' | sort)
 # shellcheck disable=SC2046,SC2086
 mcs $flags -target:exe -r:"$out/GymRemote.dll" -out:"$out/GymRemote.Harness.exe" $(find "$here/harness" -name '*.cs' | sort)
+# shellcheck disable=SC2046,SC2086
+mcs $flags -target:exe -r:"$out/GymRemote.dll" -r:Mono.Posix.dll -out:"$out/GymRemote.Client.exe" $(find "$here/cli" -name '*.cs' | sort)

@@ -616,6 +616,14 @@ const char* gr_dict_key(const gr_value* value, size_t index) {
   return Entry("gr_dict_key", value, index, Value::Kind::kDict) ? value->entries()[index].first.c_str() : nullptr;
 }
 
+const char* gr_dict_key_data(const gr_value* value, size_t index, size_t* size) {
+  if (size != nullptr) *size = 0;
+  if (Null("gr_dict_key_data", size, "size") || !Entry("gr_dict_key_data", value, index, Value::Kind::kDict)) return nullptr;
+  const std::string& key = value->entries()[index].first;
+  *size = key.size();
+  return key.c_str();
+}
+
 const gr_value* gr_dict_value(const gr_value* value, size_t index) {
   if (value != nullptr && value->kind() == Value::Kind::kPairDict) {
     return Entry("gr_dict_value", value, index, Value::Kind::kPairDict)

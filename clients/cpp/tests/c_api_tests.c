@@ -115,6 +115,19 @@ static void TestContainers(void) {
   gr_value_free(item);
   CHECK(gr_len(dict) == 2 && strcmp(gr_dict_key(dict, 1), "n") == 0);
   CHECK(gr_kind_of(gr_dict_find(dict, "t")) == GR_TUPLE && gr_dict_find(dict, "zz") == NULL);
+  {
+    /* a str key holding a NUL: whole through gr_dict_key_data, cut at the NUL by gr_dict_key */
+    gr_value* pairs = gr_pair_dict();
+    gr_value* key = gr_str("a\0b", 3);
+    CHECK(gr_pair_dict_add(pairs, key, key) == GR_OK && gr_kind_of(pairs) == GR_DICT);
+    size_t size = 99;
+    const char* data = gr_dict_key_data(pairs, 0, &size);
+    CHECK(data != NULL && size == 3 && memcmp(data, "a\0b", 3) == 0 && strcmp(gr_dict_key(pairs, 0), "a") == 0);
+    CHECK(gr_dict_key_data(pairs, 1, &size) == NULL && size == 0 && strstr(gr_last_error(), "out of range"));
+    CHECK(gr_dict_key_data(pairs, 0, NULL) == NULL && gr_dict_key_data(list, 0, &size) == NULL);
+    gr_value_free(key);
+    gr_value_free(pairs);
+  }
   CHECK(gr_list_append(dict, tuple) == GR_INVALID_ARGUMENT && strstr(gr_last_error(), "expected a list or tuple"));
   gr_value* copy = gr_value_copy(dict);
   CHECK(gr_value_equal(copy, dict) == 1);

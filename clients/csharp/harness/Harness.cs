@@ -17,14 +17,22 @@ namespace GymRemote.Harness
     /// {"op": "catalog"} (the descriptions of a fixed list of spaces) and {"op": "contains", "space": index, "value"};
     /// {"op": "dtype", "text"} reads a dtype string; {"op": "echo", "value"} reads a value and writes it back;
     /// {"op": "equal", "left", "right"} compares two values; {"op": "key_equal", "left", "right"} compares them as dict
-    /// keys (Value.PythonKeys) and builds a dict of both; {"op": "repr", "value"} gives Value.Repr(). Each answer has
-    /// "ok"; a failed command answers {"ok": false, "type", "module", "message"}.
+    /// keys (Value.PythonKeys) and builds a dict of both; {"op": "repr", "value"} gives Value.Repr(). Through the native
+    /// library (libgym_remote on LD_LIBRARY_PATH): {"op": "native_echo", "value"} converts a value to a gr_value handle
+    /// and back; {"op": "client", "envs": ["Probe" | "CartPole", ...], "endpoint"} makes a Client (not started) and
+    /// answers its state, the library's ABI version and the errors of CompleteStep misused; {"op": "log_sink",
+    /// "endpoint"} runs a client that finds no server with its log lines sent to a C# sink, and answers them; {"op": "python_error", "dotnet": "System.ArgumentException",
+    /// "message"} answers the Python exception EnvException.From names for that .NET exception; {"op": "domain_client",
+    /// "endpoint", "no_server"} serves a probe from a client made in another AppDomain (with a log sink of its own),
+    /// pumped until it has been a member for a second and left undisposed, then unloads that domain (as a Unity
+    /// domain reload does), then runs a client of this domain, logging at DEBUG, that finds no server at no_server. Each answer has "ok";
+    /// a failed command answers {"ok": false, "type", "module", "message"}.
     ///
     /// Values are written exactly: null, true/false, strings and ints in 64 bits as JSON; a float as ["f", the
     /// 16 hex digits of its IEEE bits]; a bigger int as ["i", hex]; bytes as ["b", hex]; ["l", ...] and ["t", ...]
     /// for lists and tuples; objects for dicts with string keys, else ["d", k1, v1, ...]; a NumPy scalar as
     /// ["s", dtype, hex of its bytes]; an array as ["a", dtype, shape, hex of its bytes]; an object array as
-    /// ["o", shape, [items]].
+    /// ["o", shape, [items]]; a GraphInstance as ["g", nodes, edges, edge_links].
     /// </summary>
     public static class Program
     {
@@ -41,7 +49,7 @@ namespace GymRemote.Harness
                 {
                     var command = Field(Json.Parse(line), null);
                     string op = (string)Field(command, "op");
-                    if (op != "make" && env == null) throw new InvalidOperationException("make an env first");
+                    if (op != "make" && !EnvFree.Contains(op) && env == null) throw new InvalidOperationException("make an env first");
                     Run(op, command, ref env, answer);
                     answer.Insert(0, new KeyValuePair<string, object>("ok", true));
                 }
@@ -62,6 +70,12 @@ namespace GymRemote.Harness
             return 0;
         }
 
+        // commands that need no env made first
+        static readonly HashSet<string> EnvFree = new HashSet<string>
+        {
+            "catalog", "contains", "dtype", "echo", "equal", "key_equal", "repr", "native_echo", "client", "python_error", "domain_client", "log_sink",
+        };
+
         static void Run(string op, object command, ref IEnv env, List<KeyValuePair<string, object>> answer)
         {
             switch (op)
@@ -69,9 +83,7 @@ namespace GymRemote.Harness
                 case "make":
                     string name = (string)Field(command, "env");
                     string renderMode = (string)FieldOr(command, "render_mode");
-                    if (name == "Probe") env = new ProbeEnv(renderMode);
-                    else if (name == "CartPole") env = new CartPoleEnv();
-                    else throw new ArgumentException("unknown env " + name + " (Probe or CartPole)");
+                    env = Make(name, renderMode);
                     answer.Add(Pair("class_name", env.ClassName));
                     answer.Add(Pair("observation_space", env.ObservationSpace.Describe()));
                     answer.Add(Pair("action_space", env.ActionSpace.Describe()));
@@ -143,12 +155,88 @@ namespace GymRemote.Harness
                 case "repr":
                     answer.Add(Pair("value", ToValue(Field(command, "value")).Repr()));
                     break;
+                case "native_echo":  // a value read into a Value, through a native gr_value and back
+                    answer.Add(Pair("value", Native.NativeValues.RoundTrip(ToValue(Field(command, "value")))));
+                    break;
+                case "client":
+                    var hosted = new List<IEnv>();
+                    foreach (object kind in (List<object>)Field(command, "envs")) hosted.Add(Make((string)kind, null));
+                    using (var client = new Client(new ClientOptions((string)Field(command, "endpoint")), hosted))
+                    {
+                        answer.Add(Pair("state", client.State.ToString()));
+                        answer.Add(Pair("abi_version", Value.Int(Client.NativeAbiVersion)));
+                        answer.Add(Pair("pending_env", Value.Int(client.PendingEnv)));
+                        answer.Add(Pair("slots", Value.Int(client.Slots.Length)));
+                        var nothing = new StepResult(Value.None, 0, false, false, null);
+                        answer.Add(Pair("complete_unasked", Failure(() => client.CompleteStep(0, nothing))));
+                        answer.Add(Pair("complete_other_env", Failure(() => client.CompleteStep(hosted.Count, nothing))));
+                        answer.Add(Pair("complete_pending", Failure(() => client.CompleteStep(0, StepResult.Pending))));
+                    }
+                    break;
+                case "log_sink":  // a client that finds no server, its log lines at level DEBUG sent to a C# sink
+                    var lines = new List<Value>();
+                    Client.SetLogSink((level, message) => { lock (lines) lines.Add(Value.Tuple(level.ToString(), message)); });
+                    try
+                    {
+                        var quiet = new ClientOptions((string)Field(command, "endpoint")) { ConnectTimeout = 0.3, Reconnect = false, LogLevel = LogLevel.Debug };
+                        using (var client = new Client(quiet, new IEnv[] { new ProbeEnv() }))
+                        {
+                            answer.Add(Pair("status", client.Run().ToString()));
+                            answer.Add(Pair("error", client.Error));
+                        }
+                    }
+                    finally
+                    {
+                        Client.SetLogSink(null);
+                    }
+                    lock (lines) answer.Add(Pair("lines", Value.List(lines)));
+                    break;
+                case "python_error":
+                    string typeName = (string)Field(command, "dotnet");
+                    Type dotnet = Type.GetType(typeName) ?? typeof(Value).Assembly.GetType(typeName);
+                    if (dotnet == null) throw new ArgumentException("no .NET type " + typeName);
+                    EnvException named = EnvException.From((Exception)Activator.CreateInstance(dotnet, (string)Field(command, "message")));
+                    answer.Add(Pair("type", named.TypeName));
+                    answer.Add(Pair("module", named.Module));
+                    answer.Add(Pair("message", named.Message));
+                    break;
+                case "domain_client":
+                    AppDomain domain = AppDomain.CreateDomain("reloaded");
+                    var runner = (DomainRunner)domain.CreateInstanceAndUnwrap(typeof(DomainRunner).Assembly.FullName, typeof(DomainRunner).FullName);
+                    answer.Add(Pair("state", runner.Serve((string)Field(command, "endpoint"))));
+                    AppDomain.Unload(domain);
+                    // then a client here that finds no server: its native log lines (DEBUG) must reach stderr, not
+                    // the sink the unloaded domain had set
+                    var alone = new ClientOptions((string)Field(command, "no_server")) { ConnectTimeout = 0.3, Reconnect = false, LogLevel = LogLevel.Debug };
+                    using (var client = new Client(alone, new IEnv[] { new ProbeEnv() })) answer.Add(Pair("after", client.Run().ToString()));
+                    break;
                 case "close":
                     env.Close();
                     break;
                 default:
                     throw new ArgumentException("unknown op " + op);
             }
+        }
+
+        // the exception `act` throws, as "Type: message", or null
+        static string Failure(Action act)
+        {
+            try
+            {
+                act();
+                return null;
+            }
+            catch (Exception error)
+            {
+                return error.GetType().Name + ": " + error.Message;
+            }
+        }
+
+        static IEnv Make(string name, string renderMode)
+        {
+            if (name == "Probe") return new ProbeEnv(renderMode);
+            if (name == "CartPole") return new CartPoleEnv();
+            throw new ArgumentException("unknown env " + name + " (Probe or CartPole)");
         }
 
         // One space of each class, in the order of test_csharp.py's SPACE_CATALOG (the same spaces in Gymnasium).
@@ -238,6 +326,7 @@ namespace GymRemote.Harness
                 case "s": return Value.Scalar(DType.Parse((string)items[1]), FromHex((string)items[2]));
                 case "a": return Value.Array(DType.Parse((string)items[1]), ToShape(items[2]), FromHex((string)items[3]));
                 case "o": return Value.ObjectArray(ToShape(items[1]), Rest((List<object>)items[2], 0).ToArray());
+                case "g": return Value.Graph(ToValue(items[1]), ToValue(items[2]), ToValue(items[3]));
                 default: throw new FormatException("an array is a tagged value; unknown tag " + (tag ?? "(none)"));
             }
         }
@@ -326,7 +415,8 @@ namespace GymRemote.Harness
                     return;
                 case ValueKind.List:
                 case ValueKind.Tuple:
-                    builder.Append(value.Kind == ValueKind.List ? "[\"l\"" : "[\"t\"");
+                case ValueKind.Graph:
+                    builder.Append(value.Kind == ValueKind.List ? "[\"l\"" : value.Kind == ValueKind.Tuple ? "[\"t\"" : "[\"g\"");
                     WriteItems(builder, value.Items, true);
                     builder.Append(']');
                     return;
@@ -361,6 +451,28 @@ namespace GymRemote.Harness
             builder.Append('[');
             for (int i = 0; i < shape.Length; i++) builder.Append(i > 0 ? ", " : "").Append(shape[i].ToString(CultureInfo.InvariantCulture));
             builder.Append(']');
+        }
+    }
+
+    /// <summary>A client made in another AppDomain and left running there, for "domain_client".</summary>
+    public sealed class DomainRunner : MarshalByRefObject
+    {
+        static Client kept;  // as a game object would hold it: not disposed when the domain goes
+
+        public string Serve(string endpoint)
+        {
+            Client.SetLogSink((level, message) => Console.Error.WriteLine("the reloaded domain's sink: " + message));
+            kept = new Client(new ClientOptions(endpoint) { LivenessTimeout = 60 }, new IEnv[] { new ProbeEnv() });
+            kept.Start();
+            DateTime deadline = DateTime.UtcNow.AddSeconds(60);
+            DateTime? member = null;
+            while (DateTime.UtcNow < deadline && kept.State < ClientState.Closed)
+            {
+                kept.Pump(0.05);
+                if (member == null && kept.State == ClientState.Member) member = DateTime.UtcNow;
+                if (member != null && DateTime.UtcNow - member.Value > TimeSpan.FromSeconds(1)) break;
+            }
+            return kept.State.ToString();
         }
     }
 }

@@ -44,7 +44,7 @@ extern "C" {
 
 /* The ABI version this header describes: (major << 16) | (minor << 8) | patch. A library whose major
  * differs from the header's is not compatible; a larger minor only adds. */
-#define GR_ABI_VERSION ((1u << 16) | (0u << 8) | 0u)
+#define GR_ABI_VERSION ((1u << 16) | (1u << 8) | 0u)
 /* The ABI version of the library loaded, to compare with GR_ABI_VERSION. */
 GR_API uint32_t gr_abi_version(void);
 /* The protocol version the client speaks (2). */
@@ -175,6 +175,8 @@ GR_API const char* gr_str_data(const gr_value* value, size_t* size);
 GR_API const gr_value* gr_item(const gr_value* value, size_t index);
 /* Entry `index` of a dict (key: borrowed NUL-terminated UTF-8) or pair dict (key: gr_pair_key). */
 GR_API const char* gr_dict_key(const gr_value* value, size_t index);
+/* The same key of a dict with its size in bytes (*size set), for keys that hold NUL characters (since 1.1). */
+GR_API const char* gr_dict_key_data(const gr_value* value, size_t index, size_t* size);
 GR_API const gr_value* gr_dict_value(const gr_value* value, size_t index);
 GR_API const gr_value* gr_pair_key(const gr_value* value, size_t index);
 /* The value of str key `key` in a dict (or a pair dict's str keys), borrowed; NULL if absent. */

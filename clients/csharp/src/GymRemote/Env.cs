@@ -19,9 +19,26 @@ namespace GymRemote
         public Value Info { get; }
     }
 
-    /// <summary>What <see cref="IEnv.Step"/> returns, as Gymnasium's <c>(obs, reward, terminated, truncated, info)</c>.</summary>
+    /// <summary>
+    /// What <see cref="IEnv.Step"/> returns, as Gymnasium's <c>(obs, reward, terminated, truncated, info)</c>; or
+    /// <see cref="Pending"/> for a step answered later (over several frames) with <see cref="Client.CompleteStep"/>.
+    /// </summary>
     public sealed class StepResult
     {
+        /// <summary>
+        /// Returned by <see cref="IEnv.Step"/> when the result comes later: the host then calls
+        /// <see cref="Client.CompleteStep"/> (or <see cref="Client.FailStep"/>) for that env, within the learner's
+        /// step timeout. The client answers nothing meanwhile.
+        /// </summary>
+        public static readonly StepResult Pending = new StepResult();
+
+        StepResult()
+        {
+            Observation = Value.None;
+            Info = Value.Dict();
+            IsPending = true;
+        }
+
         public StepResult(Value observation, double reward, bool terminated, bool truncated, Value info)
         {
             if (observation == null) throw new ArgumentNullException("observation");
@@ -44,6 +61,9 @@ namespace GymRemote
 
         /// <summary>A dict (an empty one when the env has nothing to say).</summary>
         public Value Info { get; }
+
+        /// <summary>Whether this is <see cref="Pending"/>.</summary>
+        public bool IsPending { get; }
     }
 
     /// <summary>
@@ -90,6 +110,32 @@ namespace GymRemote
         public static EnvException AttributeError(string className, string name)
         {
             return new EnvException("AttributeError", "'" + className + "' object has no attribute '" + name + "'");
+        }
+
+        /// <summary>
+        /// The Python exception the learner raises for <paramref name="error"/>: an <see cref="EnvException"/> as it is;
+        /// <see cref="ArgumentException"/> ValueError, <see cref="InvalidCastException"/> TypeError,
+        /// <see cref="IndexOutOfRangeException"/> IndexError, <see cref="System.Collections.Generic.KeyNotFoundException"/>
+        /// KeyError, <see cref="NotImplementedException"/> NotImplementedError, <see cref="OverflowException"/>
+        /// OverflowError, <see cref="DivideByZeroException"/> ZeroDivisionError, <see cref="OutOfMemoryException"/>
+        /// MemoryError; anything else RuntimeError, its message led by the .NET type ("System.InvalidOperationException: ...").
+        /// </summary>
+        public static EnvException From(Exception error)
+        {
+            if (error == null) throw new ArgumentNullException("error");
+            var known = error as EnvException;
+            if (known != null) return known;
+            string type;
+            if (error is ArgumentException) type = "ValueError";
+            else if (error is InvalidCastException) type = "TypeError";
+            else if (error is IndexOutOfRangeException) type = "IndexError";
+            else if (error is System.Collections.Generic.KeyNotFoundException) type = "KeyError";
+            else if (error is NotImplementedException) type = "NotImplementedError";
+            else if (error is DivideByZeroException) type = "ZeroDivisionError";
+            else if (error is OverflowException) type = "OverflowError";
+            else if (error is OutOfMemoryException) type = "MemoryError";
+            else return new EnvException("RuntimeError", error.GetType().FullName + ": " + error.Message);
+            return new EnvException(type, error.Message);
         }
 
         public override string ToString()

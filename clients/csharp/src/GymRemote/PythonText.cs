@@ -175,6 +175,16 @@ namespace GymRemote
                     if (!list && value.Items.Count == 1) builder.Append(',');
                     builder.Append(list ? ']' : ')');
                     break;
+                case ValueKind.Graph:
+                    string[] names = { "nodes=", ", edges=", ", edge_links=" };
+                    builder.Append("GraphInstance(");
+                    for (int i = 0; i < names.Length; i++)
+                    {
+                        builder.Append(names[i]);
+                        Append(value.Items[i], builder, depth + 1);
+                    }
+                    builder.Append(')');
+                    break;
                 case ValueKind.Dict:
                     builder.Append('{');
                     for (int i = 0; i < value.Entries.Count; i++)

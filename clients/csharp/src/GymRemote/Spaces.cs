@@ -454,7 +454,7 @@ namespace GymRemote
         }
     }
 
-    /// <summary>Gymnasium's <c>Graph(node_space, edge_space)</c>. Its values (tag <c>g</c>) are not in this library yet.</summary>
+    /// <summary>Gymnasium's <c>Graph(node_space, edge_space)</c>. Its values are <see cref="Value.Graph"/>s; <c>Contains</c> is not implemented for them.</summary>
     public sealed class GraphSpace : Space
     {
         public GraphSpace(Space nodeSpace, Space edgeSpace)

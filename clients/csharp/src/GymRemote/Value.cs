@@ -27,6 +27,8 @@ namespace GymRemote
         Array,
         /// <summary>A NumPy array of dtype object: a shape and one value per item, in C order.</summary>
         ObjectArray,
+        /// <summary>Gymnasium's <c>GraphInstance</c> (tag <c>g</c>): its <see cref="Value.Items"/> are nodes, edges, edge_links.</summary>
+        Graph,
     }
 
     /// <summary>
@@ -238,6 +240,24 @@ namespace GymRemote
             return Filled(dtype, values.Length, shape, (bytes, i) => Elements.WriteInteger(dtype, bytes, i * dtype.ItemSize, values[i]));
         }
 
+        /// <summary>
+        /// Gymnasium's <c>GraphInstance(nodes, edges, edge_links)</c>: <paramref name="nodes"/> an array
+        /// (n_nodes, *node_shape), <paramref name="edges"/> an array (n_edges, *edge_shape) or None,
+        /// <paramref name="edgeLinks"/> an int array (n_edges, 2) or None.
+        /// </summary>
+        public static Value Graph(Value nodes, Value edges, Value edgeLinks)
+        {
+            if (nodes == null || nodes.Kind != ValueKind.Array) throw new ArgumentException("a graph's nodes are an array, not " + (nodes == null ? "null" : nodes.Repr()), "nodes");
+            foreach (Value part in new[] { edges, edgeLinks })
+            {
+                if (part == null || (part.Kind != ValueKind.Array && part.Kind != ValueKind.None))
+                {
+                    throw new ArgumentException("a graph's edges and edge_links are arrays or None, not " + (part == null ? "null" : part.Repr()));
+                }
+            }
+            return new Value(ValueKind.Graph) { items = new[] { nodes, edges, edgeLinks } };
+        }
+
         /// <summary>A NumPy array of dtype object: one value per item, in C order.</summary>
         public static Value ObjectArray(int[] shape, params Value[] items)
         {
@@ -339,7 +359,7 @@ namespace GymRemote
             return (byte[])data.Clone();
         }
 
-        /// <summary>The items of a list, tuple or object array (empty for other kinds).</summary>
+        /// <summary>The items of a list, tuple or object array, or a graph's nodes, edges and edge_links (empty for other kinds).</summary>
         public IReadOnlyList<Value> Items
         {
             get { return items; }
@@ -572,7 +592,8 @@ namespace GymRemote
                 case ValueKind.String: return text == other.text;
                 case ValueKind.Bytes: return SameBytes(data, other.data);
                 case ValueKind.List:
-                case ValueKind.Tuple: return SameItems(items, other.items);
+                case ValueKind.Tuple:
+                case ValueKind.Graph: return SameItems(items, other.items);
                 case ValueKind.ObjectArray: return SameShape(shape, other.shape) && SameItems(items, other.items);
                 case ValueKind.Scalar:
                 case ValueKind.Array: return dtype.Equals(other.dtype) && SameShape(shape, other.shape) && SameBytes(data, other.data);
@@ -820,6 +841,7 @@ namespace GymRemote
                 case ValueKind.Tuple: return "tuple";
                 case ValueKind.Dict: return "dict";
                 case ValueKind.Scalar: return "numpy." + PythonText.NumpyName(dtype);
+                case ValueKind.Graph: return "GraphInstance";
                 default: return "numpy.ndarray";
             }
         }
