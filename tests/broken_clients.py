@@ -11,6 +11,8 @@ Flaws:
   the step, as ``SyncVectorEnv`` does, not each env's own (PROTOCOL.md §5.6);
 * ``random-seed``: the probe's ``np_random_seed`` is Gymnasium's, a random number before any seeded reset,
   not -1 (CONFORMANCE.md §1.6);
+* ``seeds-mod-2-64``: the probe takes a reset's seed modulo 2**64, as a client holding seeds in a uint64 would
+  (CONFORMANCE.md §1.3: seeds have no upper bound);
 * ``secret-bom-kept``: a secret file's byte-order mark is kept as part of the secret, and any Unicode
   whitespace stripped (PROTOCOL.md §12.2);
 * ``host-error-names``: a malformed command is reported with the names a C# client would reach for
@@ -100,6 +102,15 @@ def sync_autoreset_flags() -> None:
 
 def random_seed() -> None:
     probe.ProbeEnv.np_random_seed = gym.Env.np_random_seed
+
+
+def seeds_mod_2_64() -> None:
+    reset = probe.ProbeEnv.reset
+
+    def _reset(self, *, seed=None, options=None):
+        return reset(self, seed=None if seed is None else seed % 2**64, options=options)
+
+    probe.ProbeEnv.reset = _reset
 
 
 def secret_bom_kept() -> None:
@@ -292,6 +303,7 @@ FLAWS = {
     "no-bye": no_bye,
     "sync-autoreset-flags": sync_autoreset_flags,
     "random-seed": random_seed,
+    "seeds-mod-2-64": seeds_mod_2_64,
     "secret-bom-kept": secret_bom_kept,
     "host-error-names": host_error_names,
     "equal-keys-kept": equal_keys_kept,

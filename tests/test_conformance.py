@@ -109,6 +109,7 @@ def test_a_client_without_heartbeats_fails_the_lifecycle_check_naming_them():
         ("unpickles", "values a client must refuse get ERROR", "a pickle (tag p) to a client not in trusted mode"),
         ("flat-object-arrays", "optional tags o, S, g are read exactly or refused", "tag 'o'"),
         ("own-spaces", "WELCOME's spaces set the array layouts", "the client must use WELCOME's single spaces"),
+        ("seeds-mod-2-64", "seeds of any size are taken exactly", "RESET with the seeds [2**64 + 7, 2**200 + 3"),
         ("set-attr-ignores-subset", "FLAG_SUBSET commands", "CALL mark after SET_ATTR for envs [2, 0]"),
         ("hello-once", "an unanswered HELLO is said again", "sends the same HELLO again"),
         ("no-rejoin", "a learner back after a while is rejoined", "reconnects with backoff"),

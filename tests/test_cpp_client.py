@@ -159,7 +159,7 @@ def test_an_env_of_the_cpp_client_raising_in_partial_batches_costs_no_other_slot
 @pytest.mark.parametrize("mode", list(AutoresetMode))
 def test_the_cpp_cartpole_makes_gymnasiums_episodes_from_the_same_seeds(cpp_build, reaper, mode):
     """Its resets draw from numpy's PCG64 seeded as env.np_random is, and its physics are Gymnasium's, so
-    seeded resets, the unseeded autoresets after them, options and every step match bit for bit."""
+    seeded resets (seeds of any size), the unseeded autoresets after them, options and every step match bit for bit."""
     envs, reference, endpoint = cartpole_vectors(mode)
     try:
         reaper.popen(cartpole_client(cpp_build, endpoint, 4))
@@ -182,12 +182,13 @@ def test_the_cpp_cartpole_makes_gymnasiums_episodes_from_the_same_seeds(cpp_buil
             if found:
                 break
         options = {"low": -0.2, "high": 0.2}
-        found += differences(
-            envs.reset(seed=2**40, options=options), reference.reset(seed=2**40, options=options), "reset(seed=2**40)"
-        )
+        for written, big in (("2**200 + 3", 2**200 + 3), ("2**64 - 2", 2**64 - 2)):  # seeds of 7 words; across 2**64
+            found += differences(
+                envs.reset(seed=big, options=options), reference.reset(seed=big, options=options), f"reset({written})"
+            )
         assert not found, "\n".join(found)
         assert episodes >= 20, f"only {episodes} episodes ended in 300 steps"
-        assert envs.get_attr("np_random_seed") == (2**40, 2**40 + 1, 2**40 + 2, 2**40 + 3)
+        assert envs.get_attr("np_random_seed") == (big, big + 1, big + 2, big + 3)
     finally:
         envs.close()
         reference.close()

@@ -280,12 +280,11 @@ def test_python_cpp_and_csharp_clients_serve_one_vector_as_sync_vector_env_steps
     csharp_client, cpp_build, reaper, mode
 ):
     """One RemoteVectorEnv of 6 probe slots, 2 served by each of a Python, a C++ and a C# client, steps as a
-    SyncVectorEnv of 6 Python probes: seeds above 2**63, some above 2**64, reach the Python and C# envs whole,
-    in 32 random steps every slot autoresets at least 5 times (the probe truncates at step 5), and every slot's
+    SyncVectorEnv of 6 Python probes: seeds from 2**64 - 3 up, across 2**64, reach every client's envs whole, in
+    32 random steps every slot autoresets at least 5 times (the probe truncates at step 5), and every slot's
     np_random_seed is its own.
     Every client runs the same probe, so the order in which they join decides who serves which slot but not what a
-    slot answers. The C++ probe keeps ``Env::reset``, which takes seeds in the signed 64-bit range only
-    (clients/cpp/README.md), so its slots, found in the stats once all have joined, get the largest it takes."""
+    slot answers."""
     endpoint = free_tcp_address()
     envs = probe_vector(endpoint, 6, liveness_timeout=2.0, mode=MIXED[mode])
     reference = SyncVectorEnv([ProbeEnv] * 6, autoreset_mode=MIXED[mode])
@@ -298,7 +297,7 @@ def test_python_cpp_and_csharp_clients_serve_one_vector_as_sync_vector_env_steps
         envs.get_attr("render_mode")  # returns once every slot is served
         served = {name: [row["slot"] for row in rows] for name, rows in rows_by_client(envs.stats()).items()}
         assert {name: len(slots) for name, slots in served.items()} == {"python": 2, "cpp": 2, "csharp": 2}, served
-        seeds = [2**63 - 1 - slot if slot in served["cpp"] else 2**64 - 3 + slot for slot in range(6)]
+        seeds = [2**64 - 3 + slot for slot in range(6)]
         found = differences(envs.reset(seed=seeds), reference.reset(seed=seeds), "reset")
         envs.action_space.seed(5)
         for step in range(32):

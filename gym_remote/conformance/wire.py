@@ -536,6 +536,29 @@ def check_reset_and_step(context: Context) -> None:
         client.step(probe_actions(8, NUM_ENVS), what="the STEP after it")
 
 
+BIG_SEEDS = {
+    "[2**63 - 1, 2**63, 2**64 - 1]": [2**63 - 1, 2**63, 2**64 - 1],
+    "[2**64 + 7, 2**200 + 3, 2**63 - 1]": [2**64 + 7, 2**200 + 3, 2**63 - 1],
+}
+"""Seeds at and beyond the 64-bit limits, two RESETs' worth (by how they are written): Gymnasium's
+``reset(seed=...)`` takes an int of any size, and so must the probe (CONFORMANCE.md §1.3). Their draws
+(``seed % 1000``) differ from those of a seed taken modulo 2**64 or clipped to 2**63 - 1."""
+
+
+def check_big_seeds(context: Context) -> None:
+    """RESETs with seeds from 2**63 - 1 to 2**200 + 3 give the Python probes' observations and infos, the seed
+    stream goes on from them (an unseeded RESET), and ``np_random_seed`` is each seed exactly."""
+    with joined(context) as client:
+        for written, seeds in BIG_SEEDS.items():
+            client.reset(seeds, what=f"RESET with the seeds {written} (CONFORMANCE.md §1.3: no upper bound)")
+            found = difference(client.call("np_random_seed"), seeds, f"CALL np_random_seed after the seeds {written}")
+            if found:
+                raise client.server.fail(
+                    f"{found}: np_random_seed is the last seed given to reset, that exact int (CONFORMANCE.md §1.6)"
+                )
+        client.reset([None] * NUM_ENVS, what="an unseeded RESET after them (the seed stream goes on from seed % 1000)")
+
+
 def check_same_step(context: Context) -> None:
     """SameStep: an episode's end comes with its ``final`` entry, and the reset observation and info."""
     with joined(context, autoreset_mode="SameStep") as client:
@@ -1514,6 +1537,7 @@ def check_zap_not_now(context: Context) -> None:
 CHECKS: list[Check] = [
     Check(GROUP, "HELLO is well-formed", check_hello),
     Check(GROUP, "RESET and STEP are answered (NextStep)", check_reset_and_step),
+    Check(GROUP, "seeds of any size are taken exactly", check_big_seeds),
     Check(GROUP, "SameStep episode ends carry 'final'", check_same_step),
     Check(GROUP, "STEP with FLAG_DTYPES", check_step_dtypes),
     Check(GROUP, "STEP with FLAG_VALUE", check_step_values),

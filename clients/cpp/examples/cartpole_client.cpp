@@ -22,6 +22,7 @@
 
 #include "command_line.hpp"
 #include "numpy_random.hpp"
+#include "seed_words.hpp"
 #include "gym_remote/env.hpp"
 
 namespace {
@@ -71,6 +72,11 @@ class CartPole : public gym_remote::Env {
   // by numpy's generator seeded as env.np_random is, so that a seed makes the same episode as in Python.
   Status reset(const std::optional<std::int64_t>& seed, const Value* options, Value* observation,
                Value* info) override {
+    return reset_any_seed(seed ? Value::Int(*seed) : Value(), options, observation, info);
+  }
+
+  // Seeds of any size, as Gymnasium's (SeedSequence takes any non-negative int).
+  Status reset_any_seed(const Value& seed, const Value* options, Value* observation, Value* info) override {
     double low = -0.05, high = 0.05;
     if (options != nullptr && options->kind() == Value::Kind::kDict) {
       const Value* given_low = options->Find("low");
@@ -80,10 +86,10 @@ class CartPole : public gym_remote::Env {
       }
       if (low > high) return gym_remote::ValueError("Lower bound must be lower than higher bound.");
     }
-    if (seed) {
-      if (*seed < 0) return gym_remote::ValueError("Seed must be a non-negative integer, got " + std::to_string(*seed));
-      rng_.Seed(static_cast<std::uint64_t>(*seed));
+    if (seed.kind() == Value::Kind::kInt && seed.as_int() < 0) {
+      return gym_remote::ValueError("Seed must be a non-negative integer, got " + seed.Repr());
     }
+    if (!seed.is_none()) rng_.Seed(seed_words::SeedWords(seed));
     for (double& x : state_) x = rng_.Uniform(low, high);
     steps_ = 0;
     already_terminated_ = false;

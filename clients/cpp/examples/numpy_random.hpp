@@ -2,7 +2,7 @@
 // which is what Gymnasium's env.np_random is after env.reset(seed=seed). A port of a Gymnasium env that
 // draws from this makes the same episodes from the same seeds as the Python env, bit for bit.
 //
-// Only what CartPole needs is here: seeding from a non-negative integer, random() and uniform().
+// Only what CartPole needs is here: seeding from a non-negative integer of any size, random() and uniform().
 #pragma once
 
 #include <array>
@@ -12,18 +12,13 @@
 
 namespace numpy_random {
 
-// numpy.random.SeedSequence(entropy).generate_state(4, np.uint64) for a non-negative integer entropy and no
-// spawn key (numpy/random/bit_generator.pyx: a pool of 4 32-bit words mixed with its hash constants).
-inline std::array<std::uint64_t, 2 * 2> SeedSequenceState(std::uint64_t entropy) {
+// numpy.random.SeedSequence(entropy).generate_state(4, np.uint64) for a non-negative integer entropy, given
+// as its 32-bit words, least significant first (0 is one word), and no spawn key
+// (numpy/random/bit_generator.pyx: a pool of 4 32-bit words mixed with its hash constants).
+inline std::array<std::uint64_t, 2 * 2> SeedSequenceState(const std::vector<std::uint32_t>& words) {
   constexpr std::uint32_t kInitA = 0x43b0d7e5, kMultA = 0x931e8875, kInitB = 0x8b51f9dd, kMultB = 0x58f38ded;
   constexpr std::uint32_t kMixMultL = 0xca01f9dd, kMixMultR = 0x4973f715;
   constexpr int kXShift = 16, kPoolSize = 4;
-  std::vector<std::uint32_t> words;  // the integer as 32-bit words, least significant first; 0 is one word
-  do {
-    words.push_back(static_cast<std::uint32_t>(entropy));
-    entropy >>= 32;
-  } while (entropy != 0);
-
   std::uint32_t hash_const = kInitA;
   auto hashmix = [&hash_const](std::uint32_t value) {
     value ^= hash_const;
@@ -62,10 +57,11 @@ inline std::array<std::uint64_t, 2 * 2> SeedSequenceState(std::uint64_t entropy)
 // numpy.random.PCG64: a 128-bit LCG with the XSL-RR output function (numpy/random/src/pcg64).
 class PCG64 {
  public:
-  explicit PCG64(std::uint64_t seed) { Seed(seed); }
+  explicit PCG64(const std::vector<std::uint32_t>& seed_words) { Seed(seed_words); }
 
-  void Seed(std::uint64_t seed) {
-    const std::array<std::uint64_t, 4> words = SeedSequenceState(seed);
+  // Seeds as PCG64(SeedSequence(seed)) does, `seed_words` being the seed's 32-bit words as SeedSequenceState's.
+  void Seed(const std::vector<std::uint32_t>& seed_words) {
+    const std::array<std::uint64_t, 4> words = SeedSequenceState(seed_words);
     const Uint128 initial_state = (Uint128(words[0]) << 64) | words[1];
     const Uint128 sequence = (Uint128(words[2]) << 64) | words[3];
     state_ = 0;
@@ -101,10 +97,10 @@ class PCG64 {
   Uint128 state_ = 0, increment_ = 1;
 };
 
-// A seed for an unseeded first reset, as numpy draws one from the operating system's entropy.
-inline std::uint64_t EntropySeed() {
+// A seed for an unseeded first reset, as numpy draws one from the operating system's entropy (its words).
+inline std::vector<std::uint32_t> EntropySeed() {
   std::random_device device;
-  return (static_cast<std::uint64_t>(device()) << 32) | device();
+  return {static_cast<std::uint32_t>(device()), static_cast<std::uint32_t>(device())};
 }
 
 }  // namespace numpy_random

@@ -4,6 +4,8 @@
 #include <limits>
 #include <vector>
 
+#include "seed_words.hpp"
+
 namespace probe {
 
 using gym_remote::DType;
@@ -50,7 +52,17 @@ Value ProbeEnv::metadata() const {
 
 Status ProbeEnv::reset(const std::optional<std::int64_t>& seed, const Value* options, Value* observation,
                        Value* info) {
-  draw_ = seed ? Mod(*seed, 1000) : (draw_ * 37 + 11) % 1000;
+  return reset_any_seed(seed ? Value::Int(*seed) : Value(), options, observation, info);
+}
+
+Status ProbeEnv::reset_any_seed(const Value& seed, const Value* options, Value* observation, Value* info) {
+  if (seed.kind() == Value::Kind::kInt) {
+    draw_ = Mod(seed.as_int(), 1000);
+  } else if (seed.kind() == Value::Kind::kBigInt) {  // beyond the int64 range, so positive (the client refuses < 0)
+    draw_ = seed_words::Remainder(seed_words::SeedWords(seed), 1000);
+  } else {
+    draw_ = (draw_ * 37 + 11) % 1000;
+  }
   std::int64_t offset = 0;
   const Value* given = options != nullptr ? options->Find("offset") : nullptr;
   if (given != nullptr) {
@@ -67,7 +79,7 @@ Status ProbeEnv::reset(const std::optional<std::int64_t>& seed, const Value* opt
   zeta_[1] = static_cast<float>(static_cast<double>(-base_) / 8.0);
   bits_[0] = bits_[1] = 0;
   *observation = Observation();
-  *info = Value::Dict({{"base", Value::Int(base_)}, {"seeded", Value::Bool(seed.has_value())},
+  *info = Value::Dict({{"base", Value::Int(base_)}, {"seeded", Value::Bool(!seed.is_none())},
                        {"offset", Value::Int(offset)}});
   return Status::Ok();
 }

@@ -21,8 +21,12 @@ class ProbeEnv : public gym_remote::Env {
 
   const gym_remote::Space& observation_space() const override { return observation_space_; }
   const gym_remote::Space& action_space() const override { return action_space_; }
+  // reset(seed=...) with a seed of the signed 64-bit range: reset_any_seed does the work.
   gym_remote::Status reset(const std::optional<std::int64_t>& seed, const gym_remote::Value* options,
                            gym_remote::Value* observation, gym_remote::Value* info) override;
+  // reset(seed=...) with a seed of any size (CONFORMANCE.md §1.3: seeds have no upper bound).
+  gym_remote::Status reset_any_seed(const gym_remote::Value& seed, const gym_remote::Value* options,
+                                    gym_remote::Value* observation, gym_remote::Value* info) override;
   gym_remote::Status step(const gym_remote::Value& action, gym_remote::StepResult* result) override;
   gym_remote::Status render(gym_remote::Value* frame) override;
   gym_remote::Value metadata() const override;
