@@ -28,7 +28,25 @@ Flaws:
 * ``set-attr-ignores-subset``: SET_ATTR with FLAG_SUBSET sets envs 0, 1, ... instead of the index frame's;
 * ``hello-once``: a HELLO that gets no answer is never said again;
 * ``no-rejoin``: a client that loses its server exits instead of joining it again;
-* ``zap-at-once``: after a ZAP status 500 the client connects again at once.
+* ``zap-at-once``: after a ZAP status 500 the client connects again at once;
+* ``each-ignored``: a STEP with FLAG_EACH is handled as one without it: the first env that raises gets the
+  command an ERROR, and the other envs lose their results (PROTOCOL.md §5.6);
+* ``counts-anew``: a DISCONNECTED sets the count of failed handshakes in a row back to 0, so a client with a wrong
+  secret never reaches three and never stops (PROTOCOL.md §11.1);
+* ``each-errors-dropped``: a STEP with FLAG_EACH is answered with a RESULT that leaves out ``errors``, as if no
+  env had raised (PROTOCOL.md §5.6);
+* ``has-attr-calls``: the has_attr query calls the attribute when it is callable, then answers as it should
+  (PROTOCOL.md §5.3: read, never called);
+* ``full-waits``: a REFUSE with code ``full`` is taken for a place in the waiting line, whatever its ``waiting``
+  says (PROTOCOL.md §7, §10);
+* ``loose-offset``: the probe converts the reset option ``offset`` with ``int()`` and takes it modulo 1000,
+  so that it accepts ``1000`` and ``5.0`` (CONFORMANCE.md §1.3);
+* ``repeated-key``: a RESULT's body writes the key ``infos`` twice, first as null (a reader that keeps the last
+  value reads it right, but a sender never repeats a key, PROTOCOL.md §3.1);
+* ``unwelcomed-previous``: ``previous_session`` is the last session the client said HELLO from, welcomed or not
+  (PROTOCOL.md §11.1);
+* ``unknown-kind-own-seq``: a message of an unknown kind is answered with ERROR echoing its seq, not seq 0
+  (PROTOCOL.md §2.1).
 """
 
 from __future__ import annotations
@@ -191,6 +209,94 @@ def zap_at_once() -> None:
     client.random = SimpleNamespace(uniform=lambda low, high: 0.0)  # type: ignore[assignment]
 
 
+def each_ignored() -> None:
+    step = client.HostedEnvs.step
+    client.HostedEnvs.step = lambda self, actions, indexes=None, each=False: step(self, actions, indexes, False)
+
+
+def counts_anew() -> None:
+    connection_dropped = client.EnvClient._connection_dropped
+
+    def _connection_dropped(self):
+        dropped = connection_dropped(self)
+        if dropped:
+            self._cut_handshakes = 0
+        return dropped
+
+    client.EnvClient._connection_dropped = _connection_dropped
+
+
+def each_errors_dropped() -> None:
+    send_result = client.EnvClient._send_result
+
+    def _send_result(self, hosted, seq, infos, finals, indexes=None, errors=None):
+        send_result(self, hosted, seq, infos, finals, indexes, None)
+
+    client.EnvClient._send_result = _send_result
+
+
+def has_attr_calls() -> None:
+    call_one = client.HostedEnvs._call_one
+
+    def _call_one(env, name, args, kwargs, query):
+        if query == protocol.HAS_ATTR_QUERY:
+            found = getattr(env.unwrapped, name, None)
+            if callable(found):
+                found()
+        return call_one(env, name, args, kwargs, query)
+
+    client.HostedEnvs._call_one = staticmethod(_call_one)
+
+
+def full_waits() -> None:
+    read_value = protocol.read_value
+
+    def _read_value(frames, allow_pickle=False):
+        value = read_value(frames, allow_pickle=allow_pickle)
+        if isinstance(value, dict) and value.get("code") == "full" and "waiting" in value:
+            value["waiting"] = True
+        return value
+
+    protocol.read_value = _read_value
+
+
+def loose_offset() -> None:
+    reset = probe.ProbeEnv.reset
+
+    def loose(self, *, seed=None, options=None):
+        if isinstance(options, dict) and isinstance(options.get("offset"), (int, float)):
+            options = {**options, "offset": int(options["offset"]) % 1000}
+        return reset(self, seed=seed, options=options)
+
+    probe.ProbeEnv.reset = loose
+
+
+def repeated_key() -> None:
+    value_frames = protocol.value_frames
+
+    def twice(*args, **kwargs):
+        frames = value_frames(*args, **kwargs)
+        body = bytes(frames[0])
+        return [b'{"infos":null,' + body[1:], *frames[1:]] if body.startswith(b'{"infos":') else frames
+
+    protocol.value_frames = twice
+
+
+def unwelcomed_previous() -> None:
+    connect = client.EnvClient._connect
+
+    def _connect(self, *args, **kwargs):
+        if self.session:
+            self._welcomed_session = self.session
+        connect(self, *args, **kwargs)
+
+    client.EnvClient._connect = _connect
+
+
+def unknown_kind_own_seq() -> None:
+    protocol._KINDS = frozenset(range(256))  # parse_header lets every kind through; the client's ERROR echoes seq
+
+
 FLAWS = {
     "floats-as-ints": floats_as_ints,
     "no-heartbeats": no_heartbeats,
@@ -211,6 +317,15 @@ FLAWS = {
     "hello-once": hello_once,
     "no-rejoin": no_rejoin,
     "zap-at-once": zap_at_once,
+    "each-ignored": each_ignored,
+    "counts-anew": counts_anew,
+    "each-errors-dropped": each_errors_dropped,
+    "has-attr-calls": has_attr_calls,
+    "full-waits": full_waits,
+    "loose-offset": loose_offset,
+    "repeated-key": repeated_key,
+    "unwelcomed-previous": unwelcomed_previous,
+    "unknown-kind-own-seq": unknown_kind_own_seq,
 }
 
 if __name__ == "__main__":

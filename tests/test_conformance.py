@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gym_remote.conformance import GROUPS, run
+from gym_remote.conformance import GROUPS, run, security, wire
 from tests.conftest import REPO_ROOT
 
 PROBE_CLIENT = ["client", "{endpoint}", "--env", "gym_remote/Probe-v0", "--num-envs", "{num_envs}"]
@@ -77,6 +77,11 @@ FLAWS = [  # (flaw of tests/broken_clients.py, the check that must fail, what it
         ["a CALL without 'args' and 'kwargs'", "'InvalidDataException'", "'gym_remote.errors'", "§8"],
     ),
     ("equal-keys-kept", SETTLED_READINGS, ["ERROR", "'d' value has the keys 1 and 1.0", "§3.1"]),
+    (
+        "each-ignored",
+        "an env that raises in a partial batch (FLAG_EACH) costs no other env its result",
+        ["no result of slots 0 and 1", "not answer ERROR", "§5.6"],
+    ),
 ]
 
 
@@ -109,9 +114,42 @@ def test_a_client_without_heartbeats_fails_the_lifecycle_check_naming_them():
         ("hello-once", "an unanswered HELLO is said again", "sends the same HELLO again"),
         ("no-rejoin", "a learner back after a while is rejoined", "reconnects with backoff"),
         ("zap-at-once", "ZAP status 500: wait, then connect again", "wait 0.5-2 s and connect again"),
+        ("has-attr-calls", "CALL and SET_ATTR", "a STEP after has_attr 'reset'"),
+        ("each-errors-dropped", "FLAG_SUBSET commands", "'errors' is None, expected a list of 2 entries"),
+        ("unknown-kind-own-seq", "malformed commands get ERROR", "expected ERROR with seq 0, but got ERROR echoing"),
+        ("loose-offset", "the probe refuses offsets that are not plain ints in [0, 1000)", "options['offset'] is 1000"),
+        ("repeated-key", "RESET and STEP are answered (NextStep)", "the key 'infos' twice"),
+        ("unwelcomed-previous", "a learner back after a while is rejoined", "stays what it was, null"),
     ],
 )
 def test_a_client_with_a_flaw_fails_the_wire_check_for_it_saying_what_it_did(flaw, name, said):
+    result = failure(run(broken_client(flaw), names=[name]), name)
+    assert said in result.message, result.message
+
+
+@pytest.mark.alternate_planes
+@pytest.mark.parametrize(
+    ("flaw", "group", "wait", "name", "said"),
+    [
+        (
+            "full-waits",
+            wire,
+            "REFUSED_EXIT_SECONDS",
+            "REFUSE for good: exit non-zero",
+            "still runs 2 s after a REFUSE with code 'full' and waiting false",
+        ),
+        (
+            "counts-anew",
+            security,
+            "REFUSAL_SECONDS",
+            "a wrong secret: the client exits with an error",
+            "the client was still running after 2 s",
+        ),
+    ],
+    ids=["full-waits", "counts-anew"],
+)
+def test_a_client_that_never_stops_when_it_must_fails_the_check_for_it(monkeypatch, flaw, group, wait, name, said):
+    monkeypatch.setattr(group, wait, 2.0)  # (the check's 30 s wait for the client to exit, shortened)
     result = failure(run(broken_client(flaw), names=[name]), name)
     assert said in result.message, result.message
 

@@ -12,6 +12,7 @@ from gymnasium.vector import AutoresetMode
 from gym_remote.conformance.reference import Twins, differences, unbatch_info
 from gym_remote.conformance.report import CheckResult, Report
 from gym_remote.conformance.runner import GROUPS, all_checks
+from gym_remote.conformance.scripted import repeated_key
 from gym_remote.conformance.subject import expand
 from gym_remote.probe import ProbeEnv
 
@@ -116,3 +117,17 @@ def test_every_group_has_checks_with_distinct_names():
     checks = all_checks()
     assert {check.group for check in checks} == set(GROUPS)
     assert len({check.name for check in checks}) == len(checks)
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        (b'{"a": 1, "b": 2}', None),
+        (b'["l", {"a": 1}, {"a": 2}]', None),  # (the same key in two objects is no repeat)
+        (b'{"a": 1, "a": 2}', "a"),
+        (b'{"infos": ["l", {"t": 1, "u": 2, "t": 3}]}', "t"),
+        (b'{"x": {"k": 0}, "y": 1, "x": 2}', "x"),
+    ],
+)
+def test_the_scripted_server_finds_a_key_an_object_holds_twice(body, key):
+    assert repeated_key(body) == key

@@ -1,10 +1,13 @@
 """Wire checks of the readings PROTOCOL.md settles where two careful clients could differ (issue 27 §1): the
-error type of a malformed command, dict keys equal under Python's ``==``, a JSON object's repeated key, and a
-defined flag on a kind it is not defined for. A scripted server sends each; every wait is bounded."""
+error type of a malformed command, dict keys equal under Python's ``==``, a JSON object's repeated key, a
+defined flag on a kind it is not defined for, and the probe's reading of the reset option ``offset``
+(CONFORMANCE.md §1.3). A scripted server sends each; every wait is bounded."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from gym_remote import protocol
 from gym_remote.conformance.check import Check, Context
@@ -81,10 +84,52 @@ def check_settled_readings(context: Context) -> None:
         _flags_of_another_kind(client)
 
 
+REFUSED_OFFSETS: list[tuple[str, Any]] = [
+    ("1000, the first int past the range", 1000),
+    ("-1", -1),
+    ("the float 5.0", 5.0),
+    ("true (a bool)", True),
+    ("a numpy int64 scalar 5 (['s', '<i8', 5])", np.int64(5)),
+    ("the big int 2**64 (['i', ...])", 2**64),
+]
+"""Offsets the probe refuses with ValueError (CONFORMANCE.md §1.3: a plain int in [0, 1000), never converted)."""
+
+
+def check_probe_offsets(context: Context) -> None:
+    """The probe's ``reset`` takes ``options["offset"]`` only as a plain int in ``[0, 1000)`` and refuses any other
+    with ValueError, which the client's ERROR names with the env's index; options that are no dict mean offset 0."""
+    with joined(context) as client:
+        server = client.server
+        client.reset(SEEDS)
+        for what, offset in REFUSED_OFFSETS:
+            seq = server.send_reset(SEEDS, options={"offset": offset})
+            command = f"a RESET whose options['offset'] is {what}"
+            rule = (
+                "CONFORMANCE.md §1.3: the offset must be a plain int in [0, 1000), never converted; any other raises "
+                "ValueError (module builtins); PROTOCOL.md §5.6: the client stops at the first env that raises and "
+                f"answers ERROR naming it (index 0). The command was {command}"
+            )
+            report = expect_error(server, seq, rule)
+            found = (report.get("type"), report.get("module"), report.get("index"))
+            if found != ("ValueError", "builtins", 0):
+                raise server.fail(
+                    f"{command} was answered with an ERROR of type {found[0]!r}, module {found[1]!r} and index "
+                    f"{found[2]!r}, expected 'ValueError', 'builtins' and 0 ({rule})"
+                )
+            client.reset(SEEDS, what=f"a seeded RESET after {command} (the client keeps serving, §8)")
+        client.reset(SEEDS, options={"offset": 999}, what="a RESET with options {'offset': 999}, the largest offset")
+        client.reset(
+            SEEDS,
+            options=["offset", 7],
+            what="a RESET whose options are the list ['offset', 7] (no dict, so offset 0: CONFORMANCE.md §1.3)",
+        )
+
+
 CHECKS = [
     Check(
         GROUP,
         "settled readings: malformed commands are ProtocolErrors, equal and repeated dict keys, flags of other kinds",
         check_settled_readings,
-    )
+    ),
+    Check(GROUP, "the probe refuses offsets that are not plain ints in [0, 1000)", check_probe_offsets),
 ]

@@ -152,6 +152,19 @@ class Result:
     value: dict[str, Any] = field(default_factory=dict)
 
 
+def repeated_key(body: Any) -> str | None:
+    """The first key that some object of the JSON ``body`` (one that decodes) holds twice, or None."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> None:
+        keys = [key for key, _ in items]
+        if not found and len(set(keys)) < len(keys):
+            found.append(next(key for index, key in enumerate(keys) if key in keys[:index]))
+
+    json.loads(bytes(body), object_pairs_hook=pairs)
+    return found[0] if found else None
+
+
 class ScriptedServer:
     """A bound ROUTER socket that sends what a check scripts and receives strictly, with bounded waits.
 
@@ -317,6 +330,12 @@ class ScriptedServer:
                     f"the client sent {name} (seq {header.seq}) whose value section does not decode: {error} "
                     "(PROTOCOL.md §2.2, §3)"
                 ) from None
+            repeated = repeated_key(rest[0])
+            if repeated is not None:
+                raise self.fail(
+                    f"the client sent {name} (seq {header.seq}) whose body has an object with the key {repeated!r} "
+                    "twice: the keys of one object are distinct, and a sender never repeats one (PROTOCOL.md §3.1)"
+                )
         elif rest:
             raise self.fail(
                 f"the client sent {name} (seq {header.seq}) with {len(rest)} frame(s) more than its layout has, "

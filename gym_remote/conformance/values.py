@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gym_remote.conformance.check import Check, Context
@@ -242,16 +243,56 @@ def calls_and_attributes(context: Context) -> None:
         reference.close()
 
 
+SEEDS_OF_ONE_CLIENT = [0, 1, 2]
+"""Seeds of the failing-env checks' probes: env 0 has base 0, so its episode terminates at its second step
+(``term_step = 2 + 0 % 5``)."""
+
+
+@contextlib.contextmanager
+def one_client_reset(context: Context) -> Iterator[tuple[RemoteVectorEnv, Twins]]:
+    """A NextStep vector of one client's probes and a twin probe for each slot, all reset with
+    :data:`SEEDS_OF_ONE_CLIENT` (each env its own probe: SyncVectorEnv would keep every autoreset flag together)."""
+    twins = Twins(ENVS_PER_CLIENT, AutoresetMode.NEXT_STEP)
+    try:
+        with served_vector(context, AutoresetMode.NEXT_STEP, clients=1, envs_per_client=ENVS_PER_CLIENT) as envs:
+            remote(f"reset(seed={SEEDS_OF_ONE_CLIENT})", envs.reset, seed=SEEDS_OF_ONE_CLIENT)
+            for slot, seed in enumerate(SEEDS_OF_ONE_CLIENT):
+                twins.reset(slot, seed)
+            yield envs, twins
+    finally:
+        twins.close()
+
+
+def directed(directions: Sequence[float], dtype: Any = np.int64) -> tuple:
+    """Batched probe actions with these directions, no push and no bits pressed."""
+    count = len(directions)
+    return (np.array(directions, dtype=dtype), np.zeros((count, 2), np.float32), np.zeros((count, 2), np.int8))
+
+
+def raises_for(what: str, call: Callable[[], Any], slot: int, reported: str) -> None:
+    """``call()`` must raise the ValueError of the probe of ``slot``, which was given a NaN direction; ``reported``:
+    what carries the error from the client, and where the protocol says so."""
+    try:
+        call()
+    except ValueError as error:
+        if getattr(error, "slot", None) != slot:
+            raise CheckFailed(
+                f"{what} raised for slot {getattr(error, 'slot', None)}, not for slot {slot}, whose direction was "
+                f"NaN: {error}"
+            ) from error
+    except GymRemoteError as error:
+        raise CheckFailed(
+            f"{what} raised {type(error).__name__}, not ValueError for slot {slot}: a probe given a NaN direction "
+            f"raises ValueError, which {reported} must name (type 'ValueError', module 'builtins', CONFORMANCE.md "
+            f"§1.4): {error}"
+        ) from error
+    else:
+        raise CheckFailed(f"{what} returned, but the probe of slot {slot} was given a NaN direction")
+
+
 def failing_env_stops_a_lock_step(context: Context) -> None:
     """PROTOCOL.md §5.6: without FLAG_EACH a client stops at the env that raises; the envs before it keep what
     their step gave them, their autoreset flags included, and the envs after it are not stepped."""
-    mode = AutoresetMode.NEXT_STEP
-    twins = Twins(ENVS_PER_CLIENT, mode)  # each env's own probe: SyncVectorEnv would keep every flag instead
-    seeds = [0, 1, 2]  # env 0: base 0, so its episode terminates at its second step (term_step = 2 + 0 % 5)
-
-    def actions(directions: Sequence[float], dtype: Any = np.int64) -> tuple:
-        count = len(directions)
-        return (np.array(directions, dtype=dtype), np.zeros((count, 2), np.float32), np.zeros((count, 2), np.int8))
 
     def compare_each(what: str, results: Sequence[Any], expected: Sequence[Any]) -> None:
         got = unbatch(probe_spaces()[0], results, ENVS_PER_CLIENT)
@@ -259,42 +300,68 @@ def failing_env_stops_a_lock_step(context: Context) -> None:
             result = (*result[:4], _ordered_as(result[4], reference[4]))
             compare(f"{what}, slot {slot}", result, reference)
 
-    try:
-        with served_vector(context, mode, clients=1, envs_per_client=ENVS_PER_CLIENT) as envs:
-            remote(f"reset(seed={seeds})", envs.reset, seed=seeds)
-            for slot, seed in enumerate(seeds):
-                twins.reset(slot, seed)
-            step = actions([0, 0, 0])
-            results = remote("the first step", envs.step, step)
-            compare_each("the first step", results, [twins.step(slot, row) for slot, row in enumerate(zip(*step))])
-            failing = actions([0.0, math.nan, 0.0], np.float64)  # env 1 cannot take a NaN direction (§1.4)
-            try:
-                envs.step(failing)
-            except ValueError as error:
-                if getattr(error, "slot", None) != 1:
-                    raise CheckFailed(
-                        f"the second step raised for slot {getattr(error, 'slot', None)}, not for slot 1, whose "
-                        f"direction was NaN: {error}"
-                    ) from error
-            except GymRemoteError as error:
-                raise CheckFailed(
-                    f"the second step raised {type(error).__name__}, not ValueError: a probe given a NaN direction "
-                    f"raises ValueError, which the client's ERROR must name (type 'ValueError', module 'builtins', "
-                    f"CONFORMANCE.md §1.4, PROTOCOL.md §8): {error}"
-                ) from error
-            else:
-                raise CheckFailed("the second step returned, but the probe of slot 1 was given a NaN direction")
-            twins.step(0, next(zip(*failing)))  # env 0 ends its episode; env 1 raised; env 2 was never stepped
-            step = actions([1, 1, 1])
-            results = remote("the step after the failed one", envs.step, step)
-            compare_each(
-                "the step after a step in which env 1 raised (env 0 must reset, as its episode ended in the failed "
-                "step; env 1 and env 2 step from where they were, PROTOCOL.md §5.6)",
-                results,
-                [twins.step(slot, row) for slot, row in enumerate(zip(*step))],
+    with one_client_reset(context) as (envs, twins):
+        step = directed([0, 0, 0])
+        results = remote("the first step", envs.step, step)
+        compare_each("the first step", results, [twins.step(slot, row) for slot, row in enumerate(zip(*step))])
+        failing = directed([0.0, math.nan, 0.0], np.float64)  # env 1 cannot take a NaN direction (§1.4)
+        raises_for("the second step", lambda: envs.step(failing), 1, "the client's ERROR (PROTOCOL.md §8)")
+        twins.step(0, next(zip(*failing)))  # env 0 ends its episode; env 1 raised; env 2 was never stepped
+        step = directed([1, 1, 1])
+        results = remote("the step after the failed one", envs.step, step)
+        compare_each(
+            "the step after a step in which env 1 raised (env 0 must reset, as its episode ended in the failed "
+            "step; env 1 and env 2 step from where they were, PROTOCOL.md §5.6)",
+            results,
+            [twins.step(slot, row) for slot, row in enumerate(zip(*step))],
+        )
+
+
+def failing_env_in_a_partial_batch(context: Context) -> None:
+    """PROTOCOL.md §5.6: a partial batch's STEP carries FLAG_SUBSET and FLAG_EACH; an env that raises in it costs no
+    other env its result. The client answers with a RESULT whose ``errors`` list names the env that raised, the
+    learner raises for that slot alone, and every env's autoreset state afterwards is its own probe's."""
+
+    def received(what: str, envs: RemoteVectorEnv, expected: dict[int, Any]) -> None:
+        """recv() gives exactly the slots of ``expected``, each equal to its own probe's result."""
+        results = remote(what, envs.recv)
+        slots = results[4]["env_id"].tolist()
+        if sorted(slots) != sorted(expected):
+            raise CheckFailed(
+                f"{what} returned the slots {slots}, expected {sorted(expected)}: with FLAG_EACH every env of the STEP "
+                "that did not raise has its result in the RESULT (PROTOCOL.md §5.6)"
             )
-    finally:
-        twins.close()
+        for slot, result in zip(slots, unbatch(envs.single_observation_space, results, len(slots))):
+            reference = expected[slot]
+            compare(f"{what}, slot {slot}", (*result[:4], _ordered_as(result[4], reference[4])), reference)
+
+    with one_client_reset(context) as (envs, twins):
+        first = directed([0, 0])
+        remote("send() to slots [2, 0]", envs.send, first, [2, 0])
+        rows = list(zip(*first))
+        received("the first recv()", envs, {2: twins.step(2, rows[0]), 0: twins.step(0, rows[1])})
+        # one STEP for slots [2, 0, 1]: env 2 is given a NaN direction, env 0 ends its episode
+        failing = directed([math.nan, 0.0, 1.0], np.float64)
+        remote("send() to slots [2, 0, 1], slot 2 with a NaN direction", envs.send, failing, [2, 0, 1])
+        raises_for("recv()", envs.recv, 2, "the RESULT's 'errors' entry for it (PROTOCOL.md §5.6)")
+        rows = list(zip(*failing))
+        expected = {0: twins.step(0, rows[1]), 1: twins.step(1, rows[2])}  # env 2 raised: its state is unchanged
+        try:
+            received("the recv() after the one that raised for slot 2", envs, expected)
+        except NoAsyncCallError as error:
+            raise CheckFailed(
+                "after recv() raised for slot 2, no result of slots 0 and 1 was in flight: the client must answer a "
+                "STEP with FLAG_EACH with a RESULT for every env, listing the env that raised in 'errors', and not "
+                f"answer ERROR (PROTOCOL.md §5.6): {error}"
+            ) from error
+        step = directed([1, 1, 1])
+        remote("send() to slots [0, 1, 2]", envs.send, step, [0, 1, 2])
+        received(
+            "the recv() after a partial batch in which env 2 raised (env 0 must reset, as its episode ended in "
+            "that STEP; env 1 and env 2 step from where they were, PROTOCOL.md §5.6)",
+            envs,
+            {slot: twins.step(slot, row) for slot, row in enumerate(zip(*step))},
+        )
 
 
 CHECKS = [
@@ -312,5 +379,10 @@ CHECKS = [
         "values",
         "an env that raises stops a lock-step step; the others keep their own autoreset state",
         failing_env_stops_a_lock_step,
+    ),
+    Check(
+        "values",
+        "an env that raises in a partial batch (FLAG_EACH) costs no other env its result",
+        failing_env_in_a_partial_batch,
     ),
 ]

@@ -332,11 +332,15 @@ def call_results(server: ScriptedServer, received: Received, count: int) -> list
     return results
 
 
-def expect_error(server: ScriptedServer, seq: int, why: str, *, or_zero: bool = False) -> dict[str, Any]:
-    """The client's ERROR echoing ``seq`` (``or_zero``: or seq 0), its value checked to have §8's form."""
-    received = server.expect(Kind.ERROR, seq=None if or_zero else seq, why=why)
-    if received.seq not in (seq, 0):
-        raise server.fail(f"expected ERROR echoing seq {seq} (or seq 0), but got ERROR with seq {received.seq}: {why}")
+def expect_error(server: ScriptedServer, seq: int, why: str, *, untrusted: bool = False) -> dict[str, Any]:
+    """The client's ERROR echoing ``seq`` (``untrusted``: with seq 0 instead, for a message whose header cannot
+    be trusted), its value checked to have §8's form."""
+    received = server.expect(Kind.ERROR, seq=None if untrusted else seq, why=why)
+    if untrusted and received.seq != 0:
+        raise server.fail(
+            f"expected ERROR with seq 0, but got ERROR echoing the message's seq {received.seq}: the header of this "
+            f"message cannot be trusted, so its seq is not echoed ({why})"
+        )
     report = received.value
     problems = []
     if type(report) is not dict:
@@ -669,17 +673,72 @@ def check_subsets(context: Context) -> None:
         found = difference(client.call("mark"), [("x",), "b", "z"], "CALL mark after SET_ATTR for envs [2, 0]")
         if found:
             raise client.server.fail(f"{found} ({rule})")
+        _each_with_a_failure(client)
         client.step(
             probe_actions(3, NUM_ENVS),
             what="a STEP for all envs after them (env 1 must not have been stepped or reset by the subset commands)",
         )
 
 
+def _each_with_a_failure(client: Driven) -> None:
+    """A STEP with FLAG_SUBSET and FLAG_EACH for envs [2, 0] in which env 2 gets a NaN direction: a RESULT whose
+    ``errors`` names env 2's ValueError, env 2's entries blank (its last observation, reward 0, no flags, ``{}``),
+    env 0's as its probe's (PROTOCOL.md §5.6)."""
+    server = client.server
+    what = "a STEP with FLAG_SUBSET and FLAG_EACH for envs [2, 0], env 2 with a NaN direction"
+    rule = (
+        "PROTOCOL.md §5.6: a STEP with FLAG_EACH steps every env of the command and answers with a RESULT whose "
+        "'errors' has one entry per env: null, or the report an ERROR would carry ({'type', 'module', 'message', "
+        "'traceback'}); an env that raised keeps its last observation, its reward and flags are 0, its info {}"
+    )
+    actions = [np.array([np.nan, 0.0]), np.zeros((2, 2), np.float32), np.zeros((2, 2), np.int8)]
+    seq = server.next_seq()
+    frames = server.step_frames(seq, actions, indexes=[2, 0], dtypes=["<f8", "<f4", "|i1"])
+    frames[0] = protocol.add_flags(frames[0], protocol.FLAG_EACH)
+    server.send_raw(frames, f"STEP seq {seq}, count 2, FLAG_SUBSET indexes [2, 0], FLAG_EACH: {what}")
+    result = client.answer(seq, 2, f"{what}; {rule}")
+    stepped = client.reference.step(action_rows(actions)[1:], indexes=[0])
+    blank = client.reference.envs[2]._observation()  # (env 2 raised before its state changed: CONFORMANCE.md §1.4)
+    finals = None if stepped.final is None else [None, *stepped.final]
+    expected = Expected(
+        [0.0, *stepped.rewards],
+        [False, *stepped.terminated],
+        [False, *stepped.truncated],
+        [blank, *stepped.obs],
+        [{}, *stepped.infos],
+        finals,
+    )
+    client.compare(result, expected, [2, 0], what)
+    errors = result.value.get("errors")
+    problems = []
+    if type(errors) is not list or len(errors) != 2:
+        problems.append(f"'errors' is {preview(errors)}, expected a list of 2 entries, one per env of the command")
+    else:
+        if errors[1] is not None:
+            problems.append(f"the entry of env 0, which did not raise, is {preview(errors[1])}, expected null")
+        report = errors[0]
+        if type(report) is not dict:
+            problems.append(f"the entry of env 2 is {preview(report)}, expected the report of its ValueError")
+        else:
+            found = (report.get("type"), report.get("module"))
+            if found != ("ValueError", "builtins"):
+                problems.append(
+                    f"env 2's error has type {found[0]!r} and module {found[1]!r}, expected 'ValueError', 'builtins'"
+                )
+            if type(report.get("message")) is not str:
+                problems.append(f"env 2's error has the message {preview(report.get('message'))}, expected a string")
+            if "traceback" in report and type(report["traceback"]) is not str:
+                problems.append(f"env 2's error has the traceback {preview(report['traceback'])}, expected a string")
+    if problems:
+        raise server.fail(f"{what}: the RESULT (seq {seq}) " + "; ".join(problems) + f" ({rule})")
+
+
 # -- malformed commands ----------------------------------------------------------------------------
 
 
 def check_malformed_commands(context: Context) -> None:
-    """Malformed commands are answered with ERROR echoing their seq, and the client keeps serving."""
+    """Malformed commands are answered with ERROR echoing their seq (a message of an unknown kind: seq 0), and the
+    client keeps serving."""
     with joined(context) as client:
         server = client.server
         client.reset(SEEDS)
@@ -750,18 +809,21 @@ def check_malformed_commands(context: Context) -> None:
             ),
             (
                 f"a message of the unknown kind {UNKNOWN_KIND}",
-                "§2.1: a header with an unknown kind is malformed (its seq may be echoed, or 0)",
+                "§2.1: version 2 with a kind that is not in §4 is malformed and answered with ERROR seq 0, as a "
+                "header without the magic is: nothing in it can be trusted, its seq included",
                 unknown_kind,
             ),
         ]
         for description, rule, send in cases:
             seq = send()
+            untrusted = send is unknown_kind
+            answer = "ERROR with seq 0" if untrusted else "ERROR echoing its seq"
             expect_error(
                 server,
                 seq,
-                f"PROTOCOL.md {rule}; §8, §11: a command the client cannot handle is answered with ERROR echoing "
-                f"its seq. The command was {description}",
-                or_zero=send is unknown_kind,
+                f"PROTOCOL.md {rule}; §8, §11: a command the client cannot handle is answered with {answer}. The "
+                f"command was {description}",
+                untrusted=untrusted,
             )
             client.reset(SEEDS, what=f"a valid RESET after {description} (the client keeps serving, §8)")
 
@@ -1031,6 +1093,21 @@ def _set_attr(server: ScriptedServer, name: str, values: Sequence[Any], **option
         )
 
 
+def _has_attr_calls_nothing(client: Driven) -> None:
+    """has_attr of the env's methods ``reset`` and ``step`` reads them, never calls them (PROTOCOL.md §5.3): each is
+    answered with a bool per env (whether a client counts a method as an attribute is its own), and the envs then
+    step on from where they were, not from a reset."""
+    rule = "PROTOCOL.md §5.3: the has_attr query answers true or false per env; the attribute is read, never called"
+    for step, name in enumerate(("reset", "step"), start=1):
+        answers = client.call(name, query=HAS_ATTR_QUERY)
+        if any(type(answer) is not bool for answer in answers):
+            raise client.server.fail(f"has_attr {name!r} answered {preview(answers)}, expected a bool per env ({rule})")
+        client.step(
+            probe_actions(step, NUM_ENVS),
+            what=f"a STEP after has_attr {name!r} (the envs step on from where they were: {rule})",
+        )
+
+
 def check_call_and_set_attr(context: Context) -> None:
     """CALL and SET_ATTR with the names every client answers (PROTOCOL.md §11): render, np_random_seed,
     metadata, render_mode, the wrappers query, has_attr, attributes set and read back, and a missing
@@ -1074,6 +1151,7 @@ def check_call_and_set_attr(context: Context) -> None:
         rule = "PROTOCOL.md §5.3, §11: the has_attr query answers whether each env has the attribute"
         same(client.call("render", query=HAS_ATTR_QUERY), [True] * NUM_ENVS, "has_attr 'render'", rule)
         same(client.call("no_such_attribute", query=HAS_ATTR_QUERY), [False] * NUM_ENVS, "has_attr of a missing", rule)
+        _has_attr_calls_nothing(client)
         values = ["a", 2, 3.5]
         _set_attr(server, "label", values)
         rule = "PROTOCOL.md §5.3, §11: a name an earlier SET_ATTR set answers the value it set, exactly (§3)"
@@ -1234,12 +1312,13 @@ def check_close(context: Context) -> None:
 
 
 def check_refused(context: Context) -> None:
-    """REFUSE for good (code "spaces", and a version REFUSE with header version 3): the client exits
-    with a non-zero status within 30 s."""
-    first, second = context.endpoint(), context.endpoint()
+    """REFUSE for good (code "spaces", a version REFUSE with header version 3, and code "full" with waiting false,
+    a waiting line that is full itself, PROTOCOL.md §10): the client exits with a non-zero status within 30 s."""
+    first, second, third = context.endpoint(), context.endpoint(), context.endpoint()
     with (
         ScriptedServer(first, liveness_timeout=context.liveness_timeout) as spaces_server,
         ScriptedServer(second, liveness_timeout=context.liveness_timeout) as version_server,
+        ScriptedServer(third, liveness_timeout=context.liveness_timeout) as full_server,
     ):
         cases = [
             (spaces_server, spaces_server.watch(context.start_client(first, NUM_ENVS)), "a REFUSE with code 'spaces'"),
@@ -1248,6 +1327,11 @@ def check_refused(context: Context) -> None:
                 version_server.watch(context.start_client(second, NUM_ENVS)),
                 "a REFUSE with code 'version' and header version 3 (a server of another version, PROTOCOL.md §7)",
             ),
+            (
+                full_server,
+                full_server.watch(context.start_client(third, NUM_ENVS)),
+                "a REFUSE with code 'full' and waiting false (the waiting line is full too, PROTOCOL.md §10)",
+            ),
         ]
         spaces_server.expect_hello()
         spaces_server.send_refuse("spaces", "conformance check: the spaces differ from the vector's", waiting=False)
@@ -1255,6 +1339,8 @@ def check_refused(context: Context) -> None:
         version_server.send_refuse(
             "version", "protocol version mismatch: the server speaks 3, the client 2", waiting=False, version=3
         )
+        full_server.expect_hello()
+        full_server.send_refuse("full", "conformance check: the waiting line is full", waiting=False)
         deadline = time.monotonic() + REFUSED_EXIT_SECONDS
         for server, process, what in cases:
             status = process.wait(max(0.0, deadline - time.monotonic()))
@@ -1363,13 +1449,30 @@ def check_hello_repeated(context: Context) -> None:
 
 def check_learner_back(context: Context) -> None:
     """The learner goes away (its socket closes) and is back at the same address only after a few seconds: the
-    client keeps trying and joins it as a new session, with previous_session set."""
+    client keeps trying and joins it as a new session, with previous_session set. Before that, a learner that goes
+    away without answering the client's first HELLO: that session was never welcomed, so the next HELLO, from a new
+    routing id, still has previous_session null (PROTOCOL.md §11.1)."""
     endpoint = context.endpoint()
-    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as first:
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as unanswered:
         process = context.start_client(endpoint, NUM_ENVS)  # (not watched: closing this server must not end it)
+        dropped = unanswered.expect_hello(count=NUM_ENVS)
+    with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as first:
+        first.watch(process)
         hello = first.expect_hello(count=NUM_ENVS)
+        problems = hello_problems(hello, NUM_ENVS)  # (previous_session null, also after the unanswered HELLO)
+        if hello.identity == dropped.identity:
+            problems.append("it comes from the routing id of the HELLO before (§11.1: a new socket and routing id)")
+        if problems:
+            shown = "\n".join(f"  {problem}" for problem in problems)
+            raise first.fail(
+                "the learner went away without answering the client's first HELLO and came back: the client's next "
+                "HELLO is not as PROTOCOL.md §7, §11.1 require (a DISCONNECTED before WELCOME: a new socket and "
+                f"session; a session that never got a WELCOME is no membership, so previous_session stays what it "
+                f"was, null):\n{shown}"
+            )
         first.send_welcome(list(range(NUM_ENVS)), num_envs=NUM_ENVS)
         Driven(first, process, hello, list(range(NUM_ENVS)), "NextStep", False).reset(SEEDS)
+        first.clients.remove(process)  # (closing this server must not end it)
     time.sleep(AWAY_SECONDS)
     with ScriptedServer(endpoint, liveness_timeout=context.liveness_timeout) as second:
         second.watch(process)
