@@ -240,6 +240,7 @@ class SlotServer:
         self.fleet = FleetRecorder(num_envs)  # the vector env records its results; status reports read it
         self.published: dict[str, Any] | None = None  # the last status published for other threads (publish_status)
         self._publishing = False
+        self._admission_due = False  # slots freed that waiters in line may not have been offered yet
         self._status_window: deque[float] = deque()  # when the STATUS requests of the last second came
         self.session = secrets.token_hex(16)
         self.launcher = launcher
@@ -392,9 +393,14 @@ class SlotServer:
         self._poll_once()
 
     def lose(self, client: ClientInfo, reason: str, *, tell: bool = True) -> None:
-        """Declare ``client`` lost: free its slots, tell it (if it can still hear), let waiters in."""
+        """Declare ``client`` lost: free its slots, tell it (if it can still hear), let waiters in.
+
+        The loss is recorded (its slots freed, the event queued) before anything that an interrupt can come out of
+        (the EVICT's send checks for signals); waiters an interrupt kept out are let in by the next checks."""
         if self.members.lose(client.identity, reason) is None:
             return
+        self._events.append(Lost(client, reason))
+        self._admission_due = True
         for exchange in self._awaited.pop(client.identity, {}).values():
             self.replies_taken += 1
             if exchange.pending.pop(client.identity, None) is not None:
@@ -402,7 +408,6 @@ class SlotServer:
         if tell:
             self._try_send(client.identity, protocol.message(Kind.EVICT, {"reason": reason}))
         self._drop_links(client.identity)
-        self._events.append(Lost(client, reason))
         if self.launcher is not None:
             self.launcher.on_lost(client)
         self._admit_waiters()
@@ -831,6 +836,8 @@ class SlotServer:
             self.fleet.sample(now, {slot: client.latency for slot, client in enumerate(slots) if client is not None})
         if self._publishing and (self.published is None or now - self.published["published_at"] >= 1.0):
             self.published = {**self.status(now), "published_at": now}  # (replaced whole: readers never see a change)
+        if self._admission_due:  # (an interrupt cut short the admission that follows a loss)
+            self._admit_waiters()
         crowded = self._other_threads.crowded()
         if crowded is not None:  # (looked at even without a spin of its own: the commands tell clients that spin)
             self._spin.crowded = crowded
@@ -1177,10 +1184,11 @@ class SlotServer:
             logger.info("client %r went away before its WELCOME", client.name)
             self._leave_line(client.identity)
             return
-        self.members.join(client)
-        self.fleet.forget_latencies(client.slots)
+        # links and targets first: a member always has them, however an interrupt cuts this short
         self._attach(client)
         self._prepare_targets(client)
+        self.members.join(client)
+        self.fleet.forget_latencies(client.slots)
         logger.info(
             "%s joined from %s (pid %d, %s%s, over %s); %d of %d slots served",
             client.describe(),
@@ -1228,12 +1236,14 @@ class SlotServer:
 
     def _admit_waiters(self) -> None:
         """Give free slots to the clients waiting in line, first come first served."""
+        self._admission_due = True  # (until done: what an interrupt cuts short, the next checks do)
         for identity in list(self.members.waiting):
             if not self.members.can_admit():
-                return
+                break
             decision = self.members.admit_waiter(identity)
             if decision is not None:
                 self._answer(identity, decision)
+        self._admission_due = False
 
     def _prepare_targets(self, client: ClientInfo) -> None:
         slots = client.slots

@@ -27,7 +27,7 @@ from gym_remote.links import shared
 from gym_remote.protocol import Kind
 from tests.envs import Counter, Napper
 from tests.envs.faults import make_action_digest
-from tests.helpers import call_interrupted_at, interrupts_at_random_moments
+from tests.helpers import ThreadClient, call_interrupted_at, interrupts_at_random_moments
 
 pytestmark = pytest.mark.timeout(90, method="thread")  # the tests use SIGALRM themselves
 
@@ -515,3 +515,50 @@ def test_steps_and_closes_interrupted_at_random_moments_leave_nothing_behind(cap
             malformed = [record.getMessage() for record in caplog.records if "malformed" in record.getMessage()]
             assert not malformed, f"vector {vectors}: {malformed}"
     assert vectors >= 5
+
+
+@pytest.mark.timeout(180, method="thread")
+def test_a_join_cut_short_at_any_call_leaves_a_member_that_serves(thread_clients):
+    """A step in which a member leaves and the client waiting in line takes over its slot, interrupted at each of the
+    server's calls (the loss, the admission, the WELCOME, the join): afterwards every member has its links, the next
+    steps are served, and the loss is reported once. (The soak's learner was left with a member an interrupt had
+    welcomed but not attached, and spun for the reset's whole minute without reading a message.)"""
+    envs = RemoteVectorEnv(num_envs=1, timeout=10, connect_timeout=10, liveness_timeout=2)
+    server = envs._server
+    actions = np.zeros(1, dtype=np.int64)
+
+    def newcomer() -> ThreadClient:
+        client = ThreadClient(envs.address, [Counter], liveness_timeout=2)
+        thread_clients.append(client)
+        return client
+
+    try:
+        member = newcomer()
+        envs.reset(seed=0)
+        cuts = 0
+        for number in range(1, 400):
+            waiter = newcomer()
+            deadline = time.monotonic() + 10
+            while not server.members.waiting:  # (handled only while the learner is inside a call)
+                assert time.monotonic() < deadline, "the newcomer never got in line"
+                server.poll()
+            member.stop()  # it says BYE: the next step takes in its loss and admits the newcomer
+            cut, result = call_interrupted_at(
+                number, KeyboardInterrupt, lambda: envs.step(actions), within="/gym_remote/server.py"
+            )
+            steps = [] if cut else [result]
+            linkless = [
+                client.name for client in server.members.clients.values() if client.identity not in server._links
+            ]
+            assert not linkless, f"cut at call {number}: members without links {linkless}"
+            steps += [envs.step(actions) for _ in range(3)]
+            reports = [bool(step[4].get("client_lost", [False])[0]) for step in steps]
+            assert reports.count(True) == 1, f"cut at call {number}: the loss reported {reports.count(True)} times"
+            assert [client.name for client in server.members.clients.values()] == [waiter.client.name]
+            member = waiter
+            if not cut:
+                break
+            cuts += 1
+        assert cuts >= 20
+    finally:
+        envs.close()
