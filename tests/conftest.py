@@ -351,6 +351,16 @@ def csharp_build(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def csharp_client(cpp_build, csharp_build, monkeypatch) -> list[str]:
+    """The command of GymRemote.Client.exe under Mono, with libgym_remote.so found through LD_LIBRARY_PATH (set for
+    the processes the test starts)."""
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(cpp_build))
+    mono = shutil.which("mono")
+    assert mono is not None
+    return [mono, str(csharp_build / "GymRemote.Client.exe")]
+
+
+@pytest.fixture
 def run(reaper, tmp_path):
     """``run(*args, via=..., name=...)`` starts ``gym-remote ARGS`` as a ``LoggedProcess`` (``.wait(timeout)``)."""
     from tests.helpers import gym_remote

@@ -34,15 +34,6 @@ MODES = {"run": [], "frame-paced": ["--frame-paced"]}
 """run: Client.Run (the native client's loop); frame-paced: FramePacedDriver, one Pump(0) per ~1 ms frame."""
 
 
-@pytest.fixture
-def csharp_client(cpp_build, csharp_build, monkeypatch) -> list[str]:
-    """The command of GymRemote.Client.exe under Mono, with libgym_remote.so found through LD_LIBRARY_PATH."""
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(cpp_build))
-    mono = shutil.which("mono")
-    assert mono is not None
-    return [mono, str(csharp_build / "GymRemote.Client.exe")]
-
-
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("group", GROUPS)
 def test_the_csharp_client_passes_the_conformance_suite(csharp_client, group, mode):

@@ -56,15 +56,14 @@ def curve(output: str) -> list[tuple[int, float]]:
 
 
 @pytest.mark.timeout(360)
-def test_cleanrl_ppo_learns_cartpole_the_same_from_python_cpp_and_csharp_clients(cpp_build, csharp_build, reaper):
+def test_cleanrl_ppo_learns_cartpole_the_same_from_python_cpp_and_csharp_clients(cpp_build, csharp_client, reaper):
     """Each client's CartPole is Gymnasium's, bit for bit: the same seeds and actions make the same episodes, so
     PPO's whole learning curve is the same, and it reaches the same return, whichever language steps the envs."""
     clients = {
         "python": [sys.executable, "-m", "gym_remote", "client", "--env", "CartPole-v1", "--num-envs", "4"],
         "cpp": [str(cpp_build / "gym_remote_cartpole_client"), "--num-envs", "4"],
-        "csharp": ["mono", str(csharp_build / "GymRemote.Client.exe"), "--env", "cartpole", "--num-envs", "4"],
+        "csharp": [*csharp_client, "--env", "cartpole", "--num-envs", "4"],
     }
-    native = {**subprocess_env(), "LD_LIBRARY_PATH": str(cpp_build)}  # where Mono finds libgym_remote.so
     learners = {}
     for name, client in clients.items():  # all at once: each learner and client is mostly waiting on the other
         endpoint = free_tcp_address()
@@ -76,7 +75,7 @@ def test_cleanrl_ppo_learns_cartpole_the_same_from_python_cpp_and_csharp_clients
             text=True,
             env={**subprocess_env(), "OMP_NUM_THREADS": "1"},
         )
-        reaper.popen([*client, endpoint], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=native)
+        reaper.popen([*client, endpoint], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     curves = {}
     for name, learner in learners.items():
         output, _ = learner.communicate(timeout=300)
